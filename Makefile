@@ -1,0 +1,46 @@
+# SubZero on Spark. `make demo` and `make test` set everything up on a fresh machine
+# (Python 3.11+, Java 17+): a virtualenv in .venv with the package and its dependencies.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+JAVA   := $(if $(JAVA_HOME),$(JAVA_HOME)/bin/java,java)
+HOME_DIR ?= subzero-home
+
+.PHONY: demo test bench check-java install clean
+
+check-java:
+	@v=$$($(JAVA) -version 2>&1 | sed -n 's/.*version "\([0-9][0-9]*\).*/\1/p' | head -n 1); \
+	if [ -z "$$v" ]; then \
+	  echo "error: Java 17+ is required to run Spark, and 'java' was not found." >&2; \
+	  echo "       Debian: sudo apt-get install openjdk-17-jre-headless (or set JAVA_HOME)" >&2; \
+	  exit 1; \
+	fi; \
+	if [ "$$v" -lt 17 ]; then \
+	  echo "error: Java 17+ is required to run Spark; found Java $$v ($(JAVA))." >&2; \
+	  echo "       Debian: sudo apt-get install openjdk-17-jre-headless, then set JAVA_HOME" >&2; \
+	  exit 1; \
+	fi
+
+$(STAMP): setup.cfg pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || { \
+	  echo "error: '$(PYTHON) -m venv' failed; on Debian: sudo apt-get install python3-venv" >&2; \
+	  rm -rf $(VENV); exit 1; }
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+demo: check-java $(STAMP)
+	$(BIN)/python -m subzero.demo --home $(HOME_DIR)
+
+test: check-java $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: check-java $(STAMP)
+	$(BIN)/python benchmarks/bench_executor.py --quick
+
+clean:
+	rm -rf $(HOME_DIR) .pytest_cache .hypothesis build *.egg-info
