@@ -1,0 +1,44 @@
+"""Errors a user can cause, each with a one-line message naming the bad value.
+
+Everything a scientist can get wrong (a bad cell, an unknown array, a malformed workflow)
+raises a subclass of :class:`SubZeroError`. The CLI prints its message on one line and exits
+with status 2; anything else is a bug in SubZero and is reported as such.
+"""
+
+from __future__ import annotations
+
+
+class SubZeroError(Exception):
+    """Base class of every error caused by bad input; its message is one line."""
+
+
+class WorkflowError(SubZeroError):
+    """A workflow specification is invalid (unknown input, cycle, duplicate name...)."""
+
+
+class ShapeError(WorkflowError):
+    """Input shapes an operator cannot combine."""
+
+
+class ModeError(WorkflowError):
+    """A lineage mode or strategy an operator does not support."""
+
+
+class CellError(SubZeroError):
+    """Cells outside an array, or in a form SubZero does not understand."""
+
+
+class StoreError(SubZeroError):
+    """An array or run that is missing, or would be overwritten."""
+
+
+class CatalogError(SubZeroError):
+    """The catalog does not hold what was asked for."""
+
+
+class QueryError(SubZeroError):
+    """A lineage query that cannot be answered as asked."""
+
+
+class SparkError(SubZeroError):
+    """Spark could not be started (Java missing or too old, bad master URL)."""

@@ -1,0 +1,46 @@
+"""Shared fixtures: one local[2] SparkSession for the whole test session, fresh homes."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("SUBZERO_DATA", ROOT.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    """The one SparkSession of the test process (local[2], quiet)."""
+    from subzero.spark import get_spark, stop_spark
+
+    session = get_spark("local[2]", tmp_path_factory.mktemp("spark-logs"))
+    yield session
+    stop_spark()
+
+
+@pytest.fixture
+def home(tmp_path):
+    """A fresh SubZero home directory."""
+    return tmp_path / "home"
+
+
+@pytest.fixture(scope="session")
+def shared_data():
+    """../shared/data (or $SUBZERO_DATA) when present, else skip."""
+    if not SHARED_DATA.exists():
+        pytest.skip(f"real data not available at {SHARED_DATA}")
+    return SHARED_DATA
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: float = 600):
+    """Run the CLI in a subprocess; returns CompletedProcess (text)."""
+    import subprocess
+
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "subzero.cli", *args], capture_output=True,
+                          text=True, env=e, timeout=timeout)
