@@ -1,0 +1,473 @@
+"""The operator contract (DESIGN.md, "Operator contract"; paper Table I).
+
+An operator computes one output array from ``n`` input arrays, one output *chunk* per call:
+
+- :meth:`Operator.supported_modes` declares which lineage modes it can produce
+  (``BLACKBOX`` is always possible);
+- :meth:`Operator.run` ``(ctx, *blocks)`` computes the output block ``ctx.chunk.out_box``
+  from input blocks ``ctx.chunk.in_boxes`` and, when ``ctx.modes`` asks for it, reports
+  lineage through ``ctx.lwrite`` / ``ctx.lwrite_pairs``;
+- :meth:`Operator.map_b` / :meth:`Operator.map_f` map whole boolean frontiers (vectorized);
+  :class:`CellMapping` lifts the paper's per-cell form to frontiers (the slow path);
+- :meth:`Operator.map_p` recomputes input cells from a stored payload;
+- :meth:`Operator.all_to_all` marks where the entire-array optimization is safe;
+- :attr:`Operator.parallelism` says how it splits into tasks: :data:`ELEMENTWISE` (any
+  chunking, input block = output block), :func:`stencil` (input block = output block plus
+  a halo), or :data:`GLOBAL` (one task sees whole inputs).
+
+Three bases cover most built-ins and derive exact mapping functions and tracing lineage
+from their shape: :class:`ElementwiseOperator`, :class:`StencilOperator`,
+:class:`AllToAllOperator`. User code subclasses :class:`UDF`.
+"""
+
+from __future__ import annotations
+
+import copy
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from subzero.cells import Box, Ragged, as_linear, dilate, mask_from_linear, to_coords
+from subzero.errors import ModeError, ShapeError
+from subzero.modes import Mode
+from subzero.runtime import TaskContext
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """How an operator splits into Spark tasks.
+
+    ``kind`` is ``"elementwise"``, ``"stencil"`` (with a halo ``depth`` per axis) or
+    ``"global"`` (a single task sees the whole inputs).
+    """
+
+    kind: str
+    depth: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("elementwise", "stencil", "global"):
+            raise ValueError(f"unknown parallelism {self.kind!r}")
+        if any(d < 0 for d in self.depth):
+            raise ValueError(f"halo depth must be non-negative. Got {self.depth}.")
+
+    def __str__(self) -> str:
+        return f"stencil{list(self.depth)}" if self.kind == "stencil" else self.kind
+
+
+ELEMENTWISE = Parallelism("elementwise")
+GLOBAL = Parallelism("global")
+
+
+def stencil(depth: int | Sequence[int]) -> Parallelism:
+    """Stencil parallelism with a halo of ``depth`` cells (one int, or one per axis)."""
+    d = (int(depth),) if np.isscalar(depth) else tuple(int(x) for x in depth)
+    return Parallelism("stencil", d)
+
+
+class Operator(ABC):
+    """Base class of every operator. Subclasses implement :meth:`run` and what they support.
+
+    An operator instance is *bound* into a workflow, which sets :attr:`name`,
+    :attr:`in_shapes`, :attr:`in_dtypes`, :attr:`out_shape` and :attr:`out_dtype`; the
+    mapping functions use them.
+    """
+
+    #: How the operator splits into tasks.
+    parallelism: Parallelism = ELEMENTWISE
+    #: Number of inputs, or None for any number.
+    n_inputs: int | None = None
+    #: "builtin" or "udf" (for listings and plans).
+    kind: str = "builtin"
+
+    name: str = "?"
+    in_shapes: tuple[Shape, ...] = ()
+    in_dtypes: tuple[np.dtype, ...] = ()
+    out_shape: Shape = ()
+    out_dtype: np.dtype = np.dtype("float64")
+
+    # -- planning --------------------------------------------------------------------------
+    def supported_modes(self) -> frozenset[Mode]:
+        """Lineage modes this operator can produce. BLACKBOX is always included."""
+        return frozenset({Mode.BLACKBOX})
+
+    def output_shape(self, in_shapes: Sequence[Shape]) -> Shape:
+        """Shape of the output given input shapes; raise :class:`ShapeError` if they clash."""
+        return broadcast_shape(self, in_shapes)
+
+    def output_dtype(self, in_dtypes: Sequence[np.dtype]) -> np.dtype:
+        return np.result_type(*in_dtypes) if in_dtypes else np.dtype("float64")
+
+    def params(self) -> dict[str, Any]:
+        """The operator's parameters, as plain data, for the catalog."""
+        return {}
+
+    def bind(self, name: str, in_shapes: Sequence[Shape], in_dtypes: Sequence[Any]) -> "Operator":
+        """A copy of this operator bound to a name and concrete input shapes and dtypes."""
+        if self.n_inputs is not None and len(in_shapes) != self.n_inputs:
+            raise ShapeError(
+                f"operator {name!r} ({type(self).__name__}) takes {self.n_inputs} input(s); "
+                f"got {len(in_shapes)}"
+            )
+        op = copy.copy(self)
+        op.name = name
+        op.in_shapes = tuple(tuple(int(v) for v in s) for s in in_shapes)
+        op.in_dtypes = tuple(np.dtype(d) for d in in_dtypes)
+        op.out_shape = tuple(int(v) for v in op.output_shape(op.in_shapes))
+        op.out_dtype = np.dtype(op.output_dtype(op.in_dtypes))
+        op.check_bound()
+        return op
+
+    def check_bound(self) -> None:
+        """Hook: validate parameters against bound shapes (raise ShapeError)."""
+
+    def input_box(self, out_box: Box, i: int) -> Box:
+        """The block of input ``i`` needed to compute ``out_box`` (global coordinates)."""
+        shape = self.in_shapes[i]
+        if self.parallelism.kind == "global":
+            return Box.full(shape)
+        if self.parallelism.kind == "stencil":
+            depth = self.parallelism.depth
+            if len(depth) == 1:
+                depth = depth * len(shape)
+            if shape != self.out_shape:
+                return Box.full(shape)
+            return out_box.dilate(depth, shape)
+        return broadcast_box(out_box, shape, self.out_shape)
+
+    # -- execution -------------------------------------------------------------------------
+    @abstractmethod
+    def run(self, ctx: TaskContext, *inputs: np.ndarray) -> np.ndarray:
+        """Compute the output block ``ctx.chunk.out_box`` from the input blocks."""
+
+    # -- mapping functions (vectorized over frontiers) -------------------------------------
+    def map_b(self, frontier_out: np.ndarray, i: int) -> np.ndarray:
+        """Backward mapping: input-``i`` cells the output frontier depends on (bool array)."""
+        raise ModeError(f"operator {self.name!r} has no backward mapping function")
+
+    def map_f(self, frontier_in: np.ndarray, i: int) -> np.ndarray:
+        """Forward mapping: output cells that depend on the input-``i`` frontier."""
+        raise ModeError(f"operator {self.name!r} has no forward mapping function")
+
+    def map_p(self, outcells: np.ndarray, payload: bytes, i: int) -> Any:
+        """Input-``i`` cells that ``outcells`` (``(n, ndim)`` coordinates sharing one
+        ``payload``) depend on, in any form :func:`subzero.cells.as_linear` takes."""
+        raise ModeError(f"operator {self.name!r} has no payload function")
+
+    def all_to_all(self, i: int) -> bool:
+        """True when the whole output maps to the whole input ``i`` and back (entire-array
+        optimization; paper VI-C)."""
+        return False
+
+    # -- tracing fallback ------------------------------------------------------------------
+    def trace_all_to_all(self, ctx: TaskContext) -> None:
+        """The paper's default for operators that expose nothing: every output cell of the
+        block depends on every input cell the task read."""
+        ch = ctx.chunk
+        ctx.lwrite(ch.out_box, *[b for b in ch.in_boxes])
+
+    def __repr__(self) -> str:
+        ps = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
+        return f"{type(self).__name__}({ps})"
+
+
+class UDF(Operator):
+    """Base class for user-defined operators.
+
+    A UDF that declares nothing beyond BLACKBOX is traced as all-to-all within the blocks
+    its task read (the paper's conservative default). Override :meth:`supported_modes` and
+    call ``ctx.lwrite`` in :meth:`run` to expose finer lineage.
+    """
+
+    kind = "udf"
+
+
+class CellMapping:
+    """Mixin lifting per-cell mapping functions (the paper's form) to frontiers.
+
+    Define ``map_b_cell(cell, i)`` and ``map_f_cell(cell, i)`` returning iterables of cell
+    tuples. This is the slow path: it loops over the frontier's cells in Python.
+    """
+
+    def map_b_cell(self, cell: tuple[int, ...], i: int) -> Iterable[tuple[int, ...]]:
+        raise NotImplementedError
+
+    def map_f_cell(self, cell: tuple[int, ...], i: int) -> Iterable[tuple[int, ...]]:
+        raise NotImplementedError
+
+    def map_b(self, frontier_out: np.ndarray, i: int) -> np.ndarray:
+        out = np.zeros(self.in_shapes[i], dtype=bool)
+        for cell in np.argwhere(frontier_out):
+            for c in self.map_b_cell(tuple(int(v) for v in cell), i):
+                out[tuple(c)] = True
+        return out
+
+    def map_f(self, frontier_in: np.ndarray, i: int) -> np.ndarray:
+        out = np.zeros(self.out_shape, dtype=bool)
+        for cell in np.argwhere(frontier_in):
+            for c in self.map_f_cell(tuple(int(v) for v in cell), i):
+                out[tuple(c)] = True
+        return out
+
+
+# ---------------------------------------------------------------------------------------
+# shape helpers
+# ---------------------------------------------------------------------------------------
+
+
+def broadcast_shape(op: Operator, in_shapes: Sequence[Shape]) -> Shape:
+    """numpy broadcasting of the input shapes, with the operator named in the error."""
+    if not in_shapes:
+        raise ShapeError(f"operator {op.name!r} needs at least one input")
+    try:
+        return tuple(np.broadcast_shapes(*in_shapes))
+    except ValueError:
+        raise ShapeError(
+            f"operator {op.name!r} ({type(op).__name__}): input shapes "
+            f"{', '.join(str(tuple(s)) for s in in_shapes)} do not match"
+        ) from None
+
+
+def _broadcast_axes(in_shape: Shape, out_shape: Shape) -> tuple[int, ...]:
+    """Output axes along which input ``in_shape`` is broadcast (size 1 or missing)."""
+    pad = len(out_shape) - len(in_shape)
+    axes = list(range(pad))
+    for k, n in enumerate(in_shape):
+        if n == 1 and out_shape[pad + k] != 1:
+            axes.append(pad + k)
+    return tuple(axes)
+
+
+def broadcast_box(out_box: Box, in_shape: Shape, out_shape: Shape) -> Box:
+    """The block of a broadcast input needed for ``out_box``."""
+    pad = len(out_shape) - len(in_shape)
+    lo, hi = [], []
+    for k, n in enumerate(in_shape):
+        if n == 1 and out_shape[pad + k] != 1:
+            lo.append(0)
+            hi.append(1)
+        else:
+            lo.append(out_box.lo[pad + k])
+            hi.append(out_box.hi[pad + k])
+    return Box(tuple(lo), tuple(hi))
+
+
+def broadcast_map_b(frontier_out: np.ndarray, in_shape: Shape) -> np.ndarray:
+    """Backward mapping of numpy broadcasting: an input cell feeds every output cell it is
+    broadcast to."""
+    axes = _broadcast_axes(in_shape, frontier_out.shape)
+    if not axes:
+        return frontier_out.copy()
+    red = frontier_out.any(axis=axes, keepdims=True)
+    pad = len(frontier_out.shape) - len(in_shape)
+    return red.reshape(red.shape[pad:]) if pad else red
+
+
+def broadcast_map_f(frontier_in: np.ndarray, out_shape: Shape) -> np.ndarray:
+    return np.ascontiguousarray(np.broadcast_to(frontier_in, out_shape))
+
+
+def box_neighbours(
+    coords: np.ndarray, radius: Sequence[int], shape: Shape, wrap: bool = False
+) -> Ragged:
+    """For each cell, the linear indices of the box of ``radius`` around it (clipped at the
+    border, or wrapped), as a Ragged. Vectorized over cells and offsets."""
+    ndim = len(shape)
+    grids = np.meshgrid(*[np.arange(-r, r + 1) for r in radius], indexing="ij")
+    offsets = np.stack([g.reshape(-1) for g in grids], axis=1).astype(np.int64)  # (m, ndim)
+    n = len(coords)
+    neigh = coords[:, None, :] + offsets[None, :, :]  # (n, m, ndim)
+    shp = np.asarray(shape, dtype=np.int64)
+    if wrap:
+        neigh %= shp
+        valid = np.ones(neigh.shape[:2], dtype=bool)
+    else:
+        valid = ((neigh >= 0) & (neigh < shp)).all(axis=2)
+    flat = neigh[valid]
+    lin = np.ravel_multi_index(tuple(flat.T), shape).astype(np.uint64) if ndim else flat[:, 0]
+    if wrap:
+        # a small array can wrap several offsets onto the same cell: keep sets exact
+        rows = [np.unique(r) for r in Ragged.from_lengths(lin, valid.sum(axis=1)).rows()]
+        return Ragged.from_rows(rows) if n else Ragged.empty()
+    return Ragged.from_lengths(lin, valid.sum(axis=1))
+
+
+# ---------------------------------------------------------------------------------------
+# bases for built-ins
+# ---------------------------------------------------------------------------------------
+
+
+class MappingOperator(Operator):
+    """An operator whose lineage is a pure function of coordinates (paper's mapping
+    operators). Supports MAP (nothing stored), FULL (for the Full strategies and tracing
+    re-execution) and BLACKBOX. Subclasses implement :meth:`compute`, the pure kernel, and
+    :meth:`trace`, which reports the block's region pairs through ``ctx``."""
+
+    def supported_modes(self) -> frozenset[Mode]:
+        return frozenset({Mode.MAP, Mode.FULL, Mode.BLACKBOX})
+
+    @abstractmethod
+    def compute(self, ctx: TaskContext, *inputs: np.ndarray) -> np.ndarray:
+        """The pure per-chunk kernel."""
+
+    def trace(self, ctx: TaskContext) -> None:
+        """Report the output block's lineage as region pairs. Default: derive it from
+        :meth:`map_b`, one output cell at a time per input (correct but slow; the bases
+        below override it with vectorized versions)."""
+        ch = ctx.chunk
+        out_lin = ch.out_box.linear(self.out_shape)
+        rows: list[list[np.ndarray]] = [[] for _ in self.in_shapes]
+        for lin in out_lin:
+            f = mask_from_linear(np.array([lin]), self.out_shape)
+            for i in range(len(self.in_shapes)):
+                rows[i].append(np.flatnonzero(self.map_b(f, i)).astype(np.uint64))
+        ctx.lwrite_pairs(
+            Ragged.from_singletons(out_lin), *[Ragged.from_rows(r) for r in rows]
+        )
+
+    def run(self, ctx: TaskContext, *inputs: np.ndarray) -> np.ndarray:
+        out = self.compute(ctx, *inputs)
+        if ctx.full:
+            self.trace(ctx)
+        return out
+
+
+class ElementwiseOperator(MappingOperator):
+    """Output cell ``c`` depends on cell ``c`` of every input (numpy broadcasting: a 1x1
+    input feeds every output cell). Subclasses implement :meth:`kernel` on whole blocks."""
+
+    parallelism = ELEMENTWISE
+
+    @abstractmethod
+    def kernel(self, *blocks: np.ndarray) -> np.ndarray:
+        """numpy in, numpy out; broadcasting like numpy."""
+
+    def compute(self, ctx: TaskContext, *inputs: np.ndarray) -> np.ndarray:
+        out = self.kernel(*inputs)
+        return np.broadcast_to(out, ctx.chunk.out_box.shape).astype(self.out_dtype, copy=False)
+
+    def map_b(self, frontier_out: np.ndarray, i: int) -> np.ndarray:
+        return broadcast_map_b(frontier_out, self.in_shapes[i])
+
+    def map_f(self, frontier_in: np.ndarray, i: int) -> np.ndarray:
+        return broadcast_map_f(frontier_in, self.out_shape)
+
+    def all_to_all(self, i: int) -> bool:
+        return True
+
+    def trace(self, ctx: TaskContext) -> None:
+        ch = ctx.chunk
+        out_lin = ch.out_box.linear(self.out_shape)
+        coords = to_coords(out_lin, self.out_shape)
+        ins = []
+        for shape in self.in_shapes:
+            pad = len(self.out_shape) - len(shape)
+            c = coords[:, pad:].copy()
+            c[:, np.asarray(shape) == 1] = 0
+            ins.append(Ragged.from_singletons(as_linear(c, shape)))
+        ctx.lwrite_pairs(Ragged.from_singletons(out_lin), *ins)
+
+
+class StencilOperator(MappingOperator):
+    """Output cell ``c`` depends on the box of ``radius`` around ``c`` in input 0 (clipped
+    at the border; wrapped when ``boundary == "wrap"``) and on cell ``c`` of any further
+    same-shape inputs. The mapping functions are box dilations; nothing is stored.
+
+    Subclasses implement :meth:`kernel` on a block that includes the halo and return a block
+    of the same shape; the base trims the halo. The kernel must treat the block edge with
+    ``self.boundary`` (as ``scipy.ndimage`` does with ``mode=``), so that cells at the true
+    array border are right and cells near a chunk border are trimmed away.
+    """
+
+    radius: tuple[int, ...] = (1,)
+    boundary: str = "reflect"
+
+    def __init__(self, radius: int | Sequence[int] = 1, boundary: str = "reflect") -> None:
+        self.radius = (int(radius),) if np.isscalar(radius) else tuple(int(r) for r in radius)
+        if any(r < 0 for r in self.radius):
+            raise ShapeError(f"stencil radius must be non-negative. Got {self.radius}.")
+        if boundary not in ("reflect", "nearest", "mirror", "constant", "wrap"):
+            raise ShapeError(
+                f"unknown boundary {boundary!r}; expected reflect, nearest, mirror, constant "
+                "or wrap"
+            )
+        self.boundary = boundary
+
+    @property
+    def parallelism(self) -> Parallelism:  # type: ignore[override]
+        # a wrapped stencil needs cells from the far side of the array: one task
+        return GLOBAL if self.boundary == "wrap" else stencil(self.radius)
+
+    def output_shape(self, in_shapes: Sequence[Shape]) -> Shape:
+        for s in in_shapes[1:]:
+            if tuple(s) != tuple(in_shapes[0]):
+                raise ShapeError(
+                    f"operator {self.name!r} ({type(self).__name__}): input shapes "
+                    f"{', '.join(str(tuple(x)) for x in in_shapes)} must be equal"
+                )
+        return tuple(in_shapes[0])
+
+    def radius_for(self, ndim: int) -> tuple[int, ...]:
+        return self.radius * ndim if len(self.radius) == 1 else self.radius
+
+    def check_bound(self) -> None:
+        if len(self.radius) not in (1, len(self.out_shape)):
+            raise ShapeError(
+                f"operator {self.name!r}: radius {self.radius} does not fit shape {self.out_shape}"
+            )
+
+    @abstractmethod
+    def kernel(self, *blocks: np.ndarray) -> np.ndarray:
+        """Compute the stencil on blocks that include the halo; same shape out."""
+
+    def compute(self, ctx: TaskContext, *inputs: np.ndarray) -> np.ndarray:
+        full = self.kernel(*inputs)
+        return np.asarray(full[ctx.chunk.interior(0)], dtype=self.out_dtype)
+
+    def map_b(self, frontier_out: np.ndarray, i: int) -> np.ndarray:
+        if i > 0:
+            return frontier_out.copy()
+        return dilate(frontier_out, self.radius_for(frontier_out.ndim), self.boundary == "wrap")
+
+    def map_f(self, frontier_in: np.ndarray, i: int) -> np.ndarray:
+        if i > 0:
+            return frontier_in.copy()
+        return dilate(frontier_in, self.radius_for(frontier_in.ndim), self.boundary == "wrap")
+
+    def all_to_all(self, i: int) -> bool:
+        return True
+
+    def trace(self, ctx: TaskContext) -> None:
+        ch = ctx.chunk
+        out_lin = ch.out_box.linear(self.out_shape)
+        rad = self.radius_for(len(self.out_shape))
+        step = max(1, 2_000_000 // max(1, int(np.prod([2 * r + 1 for r in rad]))))
+        for s in range(0, len(out_lin), step):
+            part = out_lin[s : s + step]
+            coords = to_coords(part, self.out_shape)
+            ins = [box_neighbours(coords, rad, self.out_shape, self.boundary == "wrap")]
+            ins += [Ragged.from_singletons(part) for _ in self.in_shapes[1:]]
+            ctx.lwrite_pairs(Ragged.from_singletons(part), *ins)
+
+
+class AllToAllOperator(MappingOperator):
+    """Every output cell depends on every cell of every input (a global reduction broadcast
+    back, a matrix inverse...). Runs as one task. Backward of any non-empty frontier is the
+    whole input; tracing stores one region pair."""
+
+    parallelism = GLOBAL
+
+    def map_b(self, frontier_out: np.ndarray, i: int) -> np.ndarray:
+        return np.full(self.in_shapes[i], bool(frontier_out.any()))
+
+    def map_f(self, frontier_in: np.ndarray, i: int) -> np.ndarray:
+        return np.full(self.out_shape, bool(frontier_in.any()))
+
+    def all_to_all(self, i: int) -> bool:
+        return True
+
+    def trace(self, ctx: TaskContext) -> None:
+        ctx.lwrite(ctx.chunk.out_box, *[Box.full(s) for s in self.in_shapes])
