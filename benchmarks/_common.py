@@ -1,0 +1,48 @@
+"""Shared benchmark plumbing: argument parsing, timing, JSON output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--quick", action="store_true", help="a smaller, faster subset")
+    p.add_argument("--out", help="write the figures as JSON to this file")
+    return p
+
+
+def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, list[float], Any]:
+    """Median wall time of ``repeat`` calls, all times, and the last result."""
+    times, res = [], None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        res = fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), times, res
+
+
+def machine() -> dict[str, Any]:
+    return {"python": platform.python_version(), "cpus": os.cpu_count(),
+            "platform": platform.platform()}
+
+
+def emit(doc: dict[str, Any], out: str | None) -> None:
+    doc.setdefault("machine", machine())
+    text = json.dumps(doc, indent=2, default=str)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text + "\n")
+    print(text)

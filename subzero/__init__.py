@@ -1,0 +1,30 @@
+"""SubZero on Spark: fine-grained lineage for scientific array workflows.
+
+The Python API (see README):
+
+>>> import subzero
+>>> home = subzero.Home("subzero-home")                     # doctest: +SKIP
+>>> run = home.run("example", strategy="subzero")           # doctest: +SKIP
+>>> res = run.backward("bright", [(10, 20)], to="image")    # doctest: +SKIP
+>>> res.count, res.coords[:3]                               # doctest: +SKIP
+"""
+
+from subzero.cells import Box, Ragged
+from subzero.errors import SubZeroError
+from subzero.modes import Direction, Mode, Strategy
+from subzero.workflow import NamedQuery, Workflow
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # the API pulls in zarr and the executor; keep `import subzero` light
+    if name in ("Home", "Run"):
+        from subzero import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'subzero' has no attribute {name!r}")
+
+
+__all__ = ["Box", "Ragged", "SubZeroError", "Direction", "Mode", "Strategy", "NamedQuery",
+           "Workflow", "Home", "Run"]

@@ -1,0 +1,103 @@
+"""The Python API: a home directory, its runs, and lineage queries on them.
+
+>>> import subzero
+>>> home = subzero.Home("/tmp/sz-demo")                          # doctest: +SKIP
+>>> run = home.run("example", strategy="subzero", shape="200x100")  # doctest: +SKIP
+>>> run.arrays                                                  # doctest: +SKIP
+['image', 'threshold', 'calibrate', 'smooth', 'background', 'residual', 'bright']
+>>> res = run.backward("bright", [(10, 20)], to="image")         # doctest: +SKIP
+>>> res.count                                                   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from subzero import store
+from subzero.catalog import Catalog
+from subzero.chunking import Chunking
+from subzero.errors import SubZeroError
+from subzero.executor import LoadedRun, RunResult, load_run, run_workflow
+from subzero.workflow import Workflow
+
+
+class Home:
+    """A SubZero home directory: catalog, runs, arrays and lineage."""
+
+    def __init__(self, path: str | os.PathLike | None = None) -> None:
+        self.path = store.resolve_home(path)
+
+    @property
+    def catalog(self) -> Catalog:
+        return Catalog(self.path / "catalog.sqlite")
+
+    def run(self, workflow: str | Workflow, strategy: str | None = "subzero",
+            plan: Mapping[str, Sequence[str]] | None = None,
+            inputs: Mapping[str, str] | None = None, chunks: Any = None, split: Any = None,
+            master: str | None = None, **params: Any) -> "Run":
+        """Run a workflow (a name from ``subzero workflows``, or a :class:`Workflow`)."""
+        if isinstance(workflow, str):
+            import workflows
+
+            workflow = workflows.build(workflow, inputs=inputs, **params)
+        elif params:
+            raise SubZeroError("workflow parameters apply to workflows given by name")
+        chunking = Chunking(split=split, chunks=chunks) if (chunks or split) else Chunking()
+        res = run_workflow(workflow, self.path, inputs=inputs, strategy=strategy, plan=plan,
+                           chunking=chunking, master=master)
+        out = self.get(res.run)
+        out.result = res
+        return out
+
+    def get(self, run_id: str = "latest") -> "Run":
+        """A finished run by id (``"latest"``: the newest complete run)."""
+        return Run(load_run(self.path, run_id))
+
+    def runs(self) -> list[dict[str, Any]]:
+        cat = self.catalog
+        try:
+            return cat.runs()
+        finally:
+            cat.close()
+
+
+class Run:
+    """A finished run: its arrays, and lineage queries on them."""
+
+    def __init__(self, loaded: LoadedRun) -> None:
+        self.loaded = loaded
+        self.id = loaded.id
+        self.workflow = loaded.workflow
+        self.result: RunResult | None = None
+
+    @property
+    def home(self) -> Path:
+        return self.loaded.home
+
+    @property
+    def arrays(self) -> list[str]:
+        return list(self.loaded.arrays)
+
+    def array(self, name: str) -> np.ndarray:
+        """The whole array ``name`` of this run, as numpy."""
+        return store.read_array(self.loaded.array_path(name))
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        self.loaded.array_path(name)
+        return tuple(self.loaded.arrays[name]["shape"])
+
+    def __repr__(self) -> str:
+        return f"Run({self.id!r}, workflow={self.workflow.name!r})"
+
+
+def optimized_plan(wf: Workflow, home: Any) -> dict[str, list[str]]:
+    """The optimizer's plan for ``wf`` from the catalog's statistics (``--strategy optimized``)."""
+    try:
+        from optimizer.plan import plan_from_catalog
+    except ImportError:
+        raise SubZeroError("the strategy optimizer is not available in this installation") from None
+    return plan_from_catalog(wf, store.resolve_home(home))

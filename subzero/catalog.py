@@ -1,0 +1,347 @@
+"""The catalog: one SQLite file per home recording runs, arrays, operators, shards,
+statistics and the query log.
+
+Only the driver writes the catalog (Spark tasks return plain data). Every write is one
+transaction, so a process killed at any point leaves the catalog consistent: a run that was
+interrupted stays ``running`` until the next process that opens the catalog sees that its
+process is gone and marks it ``failed``.
+
+The schema carries a version (``meta.schema_version``); opening a catalog written by a newer
+SubZero is refused rather than misread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from subzero.errors import CatalogError
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY, seq INTEGER NOT NULL UNIQUE, workflow TEXT NOT NULL,
+    params TEXT NOT NULL DEFAULT '{}', strategy TEXT, plan TEXT NOT NULL DEFAULT '{}',
+    status TEXT NOT NULL CHECK (status IN ('running', 'complete', 'failed')),
+    pid INTEGER, pid_start TEXT, host TEXT, master TEXT, chunking TEXT,
+    started REAL NOT NULL, finished REAL, runtime_s REAL,
+    input_bytes INTEGER, array_bytes INTEGER, lineage_bytes INTEGER, error TEXT
+);
+CREATE TABLE IF NOT EXISTS arrays (
+    run TEXT NOT NULL, name TEXT NOT NULL, shape TEXT NOT NULL, dtype TEXT NOT NULL,
+    chunks TEXT NOT NULL, producer TEXT, nbytes INTEGER, stored_bytes INTEGER,
+    PRIMARY KEY (run, name)
+);
+CREATE TABLE IF NOT EXISTS operators (
+    run TEXT NOT NULL, name TEXT NOT NULL, position INTEGER NOT NULL, class TEXT NOT NULL,
+    kind TEXT NOT NULL, params TEXT NOT NULL, inputs TEXT NOT NULL,
+    supported_modes TEXT NOT NULL, strategies TEXT NOT NULL, parallelism TEXT NOT NULL,
+    PRIMARY KEY (run, name)
+);
+CREATE TABLE IF NOT EXISTS op_stats (
+    run TEXT NOT NULL, op TEXT NOT NULL, status TEXT NOT NULL,
+    runtime_s REAL, runtime_nolineage_s REAL, task_s REAL, compute_s REAL, io_s REAL,
+    capture_s REAL, store_s REAL, tasks INTEGER,
+    pairs INTEGER, out_cells INTEGER, in_cells INTEGER, lineage_bytes INTEGER,
+    PRIMARY KEY (run, op)
+);
+CREATE TABLE IF NOT EXISTS shards (
+    run TEXT NOT NULL, op TEXT NOT NULL, strategy TEXT NOT NULL, chunk TEXT NOT NULL,
+    path TEXT NOT NULL, data_bytes INTEGER, index_bytes INTEGER, pairs INTEGER,
+    out_cells INTEGER, in_cells INTEGER, fanin REAL, fanout REAL, encode_s REAL,
+    attempt INTEGER, PRIMARY KEY (run, op, strategy, chunk)
+);
+CREATE TABLE IF NOT EXISTS statistics (
+    run TEXT NOT NULL, op TEXT NOT NULL, strategy TEXT NOT NULL, key TEXT NOT NULL,
+    value REAL, PRIMARY KEY (run, op, strategy, key)
+);
+CREATE TABLE IF NOT EXISTS query_log (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, run TEXT NOT NULL, at REAL NOT NULL,
+    direction TEXT NOT NULL, start TEXT NOT NULL, target TEXT NOT NULL, path TEXT NOT NULL,
+    in_count INTEGER, out_count INTEGER, elapsed_s REAL, steps TEXT
+);
+"""
+
+
+def _proc_start(pid: int) -> str | None:
+    """Start time of a process (Linux /proc), to tell a live run from a reused pid."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None
+
+
+def _alive(pid: int, start: str | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    now = _proc_start(pid)
+    return start is None or now is None or now == start
+
+
+def _loads(v: str | None) -> Any:
+    return None if v is None else json.loads(v)
+
+
+class Catalog:
+    """The SQLite catalog of one SubZero home.
+
+    >>> cat = Catalog("/tmp/sz-home/catalog.sqlite")      # doctest: +SKIP
+    >>> rid = cat.create_run("example", params={}, strategy="subzero", plan={})  # doctest: +SKIP
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("PRAGMA foreign_keys=ON")
+        with self.tx():
+            for stmt in _SCHEMA.split(";"):
+                if stmt.strip():
+                    self.db.execute(stmt)
+            row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if row is None:
+                self.db.execute(
+                    "INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+                )
+            elif int(row["value"]) > SCHEMA_VERSION:
+                raise CatalogError(
+                    f"catalog {self.path} has schema version {row['value']}; this SubZero "
+                    f"reads up to {SCHEMA_VERSION} (upgrade SubZero)"
+                )
+        self.reap_stale_runs()
+
+    @property
+    def schema_version(self) -> int:
+        return int(self.db.execute("SELECT value FROM meta WHERE key='schema_version'")
+                   .fetchone()["value"])
+
+    @contextmanager
+    def tx(self) -> Iterator[sqlite3.Connection]:
+        """One IMMEDIATE transaction: all or nothing."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        else:
+            self.db.execute("COMMIT")
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- runs ------------------------------------------------------------------------------
+    def create_run(
+        self,
+        workflow: str,
+        params: dict[str, Any],
+        strategy: str | None,
+        plan: dict[str, list[str]],
+        master: str | None = None,
+        chunking: Any = None,
+    ) -> str:
+        pid = os.getpid()
+        with self.tx() as db:
+            seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM runs").fetchone()[0]
+            rid = f"r{seq}"
+            db.execute(
+                "INSERT INTO runs (id, seq, workflow, params, strategy, plan, status, pid, "
+                "pid_start, host, master, chunking, started) "
+                "VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)",
+                (rid, seq, workflow, json.dumps(params, default=str), strategy,
+                 json.dumps(plan), pid, _proc_start(pid), socket.gethostname(), master,
+                 json.dumps(chunking), time.time()),
+            )
+        return rid
+
+    def finish_run(self, rid: str, status: str, error: str | None = None, **figures: Any) -> None:
+        cols = {"status": status, "finished": time.time(), "error": error, **figures}
+        sets = ", ".join(f"{k} = ?" for k in cols)
+        with self.tx() as db:
+            db.execute(f"UPDATE runs SET {sets} WHERE id = ?", (*cols.values(), rid))
+
+    def reap_stale_runs(self) -> list[str]:
+        """Mark ``running`` runs of this host whose process is gone as ``failed``."""
+        host = socket.gethostname()
+        rows = self.db.execute(
+            "SELECT id, pid, pid_start FROM runs WHERE status = 'running' AND host = ?", (host,)
+        ).fetchall()
+        dead = [r["id"] for r in rows if r["pid"] is None or not _alive(r["pid"], r["pid_start"])]
+        if dead:
+            with self.tx() as db:
+                for rid in dead:
+                    db.execute(
+                        "UPDATE runs SET status = 'failed', error = ? "
+                        "WHERE id = ? AND status = 'running'",
+                        ("interrupted: its process ended before the run completed", rid),
+                    )
+        return dead
+
+    def run(self, rid: str) -> dict[str, Any]:
+        if rid in ("latest", "last"):
+            row = self.db.execute(
+                "SELECT * FROM runs WHERE status = 'complete' ORDER BY seq DESC LIMIT 1"
+            ).fetchone()
+            if row is None:
+                raise CatalogError(f"no complete run in {self.path.parent}; run a workflow first")
+        else:
+            row = self.db.execute("SELECT * FROM runs WHERE id = ?", (rid,)).fetchone()
+            if row is None:
+                known = [r[0] for r in self.db.execute(
+                    "SELECT id FROM runs ORDER BY seq DESC LIMIT 5")]
+                hint = f" (recent: {', '.join(known)})" if known else " (the catalog has no runs)"
+                raise CatalogError(f"unknown run {rid!r}{hint}")
+        d = dict(row)
+        d["params"] = _loads(d["params"])
+        d["plan"] = _loads(d["plan"])
+        d["chunking"] = _loads(d["chunking"])
+        return d
+
+    def runs(self) -> list[dict[str, Any]]:
+        rows = self.db.execute("SELECT * FROM runs ORDER BY seq").fetchall()
+        out = []
+        for r in rows:
+            d = dict(r)
+            d["params"] = _loads(d["params"])
+            d["plan"] = _loads(d["plan"])
+            d["chunking"] = _loads(d["chunking"])
+            out.append(d)
+        return out
+
+    # -- arrays and operators --------------------------------------------------------------
+    def add_array(self, rid: str, name: str, shape: tuple, dtype: str, chunks: tuple,
+                  producer: str | None, nbytes: int, stored_bytes: int | None = None) -> None:
+        with self.tx() as db:
+            db.execute(
+                "INSERT INTO arrays VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (rid, name, json.dumps(list(shape)), dtype, json.dumps(list(chunks)), producer,
+                 nbytes, stored_bytes),
+            )
+
+    def set_array_bytes(self, rid: str, name: str, stored_bytes: int) -> None:
+        with self.tx() as db:
+            db.execute("UPDATE arrays SET stored_bytes = ? WHERE run = ? AND name = ?",
+                       (stored_bytes, rid, name))
+
+    def arrays(self, rid: str) -> dict[str, dict[str, Any]]:
+        out = {}
+        for r in self.db.execute("SELECT * FROM arrays WHERE run = ?", (rid,)):
+            d = dict(r)
+            d["shape"] = tuple(json.loads(d["shape"]))
+            d["chunks"] = tuple(json.loads(d["chunks"]))
+            out[d["name"]] = d
+        return out
+
+    def add_operator(self, rid: str, position: int, name: str, cls: str, kind: str,
+                     params: dict, inputs: list[str], supported_modes: list[str],
+                     strategies: list[str], parallelism: str) -> None:
+        with self.tx() as db:
+            db.execute(
+                "INSERT INTO operators VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (rid, name, position, cls, kind, json.dumps(params, default=str),
+                 json.dumps(inputs), json.dumps(supported_modes), json.dumps(strategies),
+                 parallelism),
+            )
+
+    def set_operator_strategies(self, rid: str, name: str, strategies: list[str]) -> None:
+        with self.tx() as db:
+            db.execute("UPDATE operators SET strategies = ? WHERE run = ? AND name = ?",
+                       (json.dumps(strategies), rid, name))
+
+    def operators(self, rid: str) -> dict[str, dict[str, Any]]:
+        out = {}
+        for r in self.db.execute("SELECT * FROM operators WHERE run = ? ORDER BY position", (rid,)):
+            d = dict(r)
+            for k in ("params", "inputs", "supported_modes", "strategies"):
+                d[k] = json.loads(d[k])
+            out[d["name"]] = d
+        return out
+
+    def set_op_stats(self, rid: str, op: str, **figures: Any) -> None:
+        cols = ["run", "op", *figures]
+        with self.tx() as db:
+            db.execute(
+                f"INSERT OR REPLACE INTO op_stats ({', '.join(cols)}) "
+                f"VALUES ({', '.join('?' * len(cols))})",
+                (rid, op, *figures.values()),
+            )
+
+    def op_stats(self, rid: str) -> dict[str, dict[str, Any]]:
+        return {r["op"]: dict(r) for r in self.db.execute(
+            "SELECT * FROM op_stats WHERE run = ?", (rid,))}
+
+    # -- shards and statistics -------------------------------------------------------------
+    def add_shards(self, rid: str, rows: list[dict[str, Any]]) -> None:
+        """Record published shards; a retried task's shard replaces the earlier attempt's."""
+        if not rows:
+            return
+        with self.tx() as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO shards VALUES "
+                "(:run, :op, :strategy, :chunk, :path, :data_bytes, :index_bytes, :pairs, "
+                ":out_cells, :in_cells, :fanin, :fanout, :encode_s, :attempt)",
+                [{"run": rid, **r} for r in rows],
+            )
+
+    def shards(self, rid: str, op: str | None = None, strategy: str | None = None
+               ) -> list[dict[str, Any]]:
+        q, args = "SELECT * FROM shards WHERE run = ?", [rid]
+        if op is not None:
+            q, args = q + " AND op = ?", args + [op]
+        if strategy is not None:
+            q, args = q + " AND strategy = ?", args + [strategy]
+        return [dict(r) for r in self.db.execute(q + " ORDER BY op, strategy, chunk", args)]
+
+    def set_statistics(self, rid: str, op: str, strategy: str, values: dict[str, float]) -> None:
+        with self.tx() as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO statistics VALUES (?, ?, ?, ?, ?)",
+                [(rid, op, strategy, k, float(v)) for k, v in values.items()],
+            )
+
+    def statistics(self, rid: str | None = None) -> list[dict[str, Any]]:
+        if rid is None:
+            rows = self.db.execute("SELECT * FROM statistics")
+        else:
+            rows = self.db.execute("SELECT * FROM statistics WHERE run = ?", (rid,))
+        return [dict(r) for r in rows]
+
+    # -- query log -------------------------------------------------------------------------
+    def log_query(self, rid: str, direction: str, start: str, target: str, path: list,
+                  in_count: int, out_count: int, elapsed_s: float, steps: list[dict]) -> None:
+        with self.tx() as db:
+            db.execute(
+                "INSERT INTO query_log (run, at, direction, start, target, path, in_count, "
+                "out_count, elapsed_s, steps) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (rid, time.time(), direction, start, target, json.dumps(path), in_count,
+                 out_count, elapsed_s, json.dumps(steps)),
+            )
+
+    def query_log(self, rid: str | None = None) -> list[dict[str, Any]]:
+        if rid is None:
+            rows = self.db.execute("SELECT * FROM query_log ORDER BY id")
+        else:
+            rows = self.db.execute("SELECT * FROM query_log WHERE run = ? ORDER BY id", (rid,))
+        out = []
+        for r in rows:
+            d = dict(r)
+            d["path"] = json.loads(d["path"])
+            d["steps"] = _loads(d["steps"])
+            out.append(d)
+        return out

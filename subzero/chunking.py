@@ -1,0 +1,133 @@
+"""How arrays split into chunks, and so into Spark tasks (one task per output chunk).
+
+A :class:`Chunking` policy gives the chunk shape of every array of a run:
+
+- ``split=n`` (or one count per axis): every array is cut into ``n`` chunks per axis
+  (``split=1`` is one task per operator; tests use 1, 2 and 7 to check halos);
+- ``chunks=(r, c)``: that chunk shape for every array of that rank (clipped to the array);
+- by default, whole rows cut into ``tasks`` chunks (the Spark session's default
+  parallelism, so one wave of tasks keeps every core busy), more when a chunk would exceed
+  ``max_cells``. PySpark costs tens of milliseconds per task, so fewer, larger tasks win
+  for a run; queries re-execute finer boxes of their own (see ``executor.reexecute``).
+
+An operator whose parallelization is *global* runs as one task that writes every chunk.
+
+>>> Chunking(split=2).chunk_shape((5, 4))
+(3, 2)
+>>> Chunking(tasks=2).chunk_shape((2001, 513))
+(1001, 513)
+>>> [str(b) for _, b in chunk_grid((5, 4), (3, 2))]
+['0:3,0:2', '0:3,2:4', '3:5,0:2', '3:5,2:4']
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from subzero.cells import Box
+from subzero.errors import SubZeroError
+
+DEFAULT_MAX_CELLS = 1 << 22
+
+
+@dataclass(frozen=True)
+class Chunking:
+    """Chunk shape policy for the arrays of a run."""
+
+    split: tuple[int, ...] | None = None
+    chunks: tuple[int, ...] | None = None
+    tasks: int = 1
+    max_cells: int = DEFAULT_MAX_CELLS
+
+    def __post_init__(self) -> None:
+        if self.split is not None:
+            sp = (self.split,) if isinstance(self.split, int) else tuple(self.split)
+            if not sp or any(int(s) < 1 for s in sp):
+                raise SubZeroError(f"split must be positive chunk counts. Got {self.split}.")
+            object.__setattr__(self, "split", tuple(int(s) for s in sp))
+        if self.chunks is not None:
+            ch = tuple(int(c) for c in self.chunks)
+            if any(c < 1 for c in ch):
+                raise SubZeroError(f"chunk sizes must be positive. Got {self.chunks}.")
+            object.__setattr__(self, "chunks", ch)
+        if self.split is not None and self.chunks is not None:
+            raise SubZeroError("give either split (chunks per axis) or chunks (a shape), not both")
+
+    @classmethod
+    def parse(cls, text: str | None) -> "Chunking":
+        """CLI form: ``"4"`` or ``"4x2"`` = chunks per axis, ``"500,513"`` = chunk shape."""
+        if not text:
+            return cls()
+        try:
+            if "," in text:
+                return cls(chunks=tuple(int(v) for v in text.split(",")))
+            return cls(split=tuple(int(v) for v in text.lower().split("x")))
+        except ValueError:
+            raise SubZeroError(
+                f"bad chunking {text!r}; expected chunks per axis like '4' or '4x2', "
+                "or a chunk shape like '500,513'"
+            ) from None
+
+    @property
+    def is_default(self) -> bool:
+        return self.split is None and self.chunks is None
+
+    def with_tasks(self, tasks: int) -> "Chunking":
+        return Chunking(self.split, self.chunks, max(1, int(tasks)), self.max_cells)
+
+    def chunk_shape(self, shape: Sequence[int], global_: bool = False) -> tuple[int, ...]:
+        """Chunk shape of an array (``global_=True``: the whole array, one chunk)."""
+        shape = tuple(int(s) for s in shape)
+        if not shape:
+            return ()
+        if global_:
+            return tuple(max(1, s) for s in shape)
+        if self.split is not None:
+            sp = self.split * len(shape) if len(self.split) == 1 else self.split
+            if len(sp) != len(shape):
+                raise SubZeroError(f"split {self.split} does not fit an array of shape {shape}")
+            return tuple(max(1, math.ceil(s / n)) for s, n in zip(shape, sp))
+        if self.chunks is not None and len(self.chunks) == len(shape):
+            return tuple(max(1, min(c, s)) for c, s in zip(self.chunks, shape))
+        # default: whole rows (contiguous reads), `tasks` chunks, none above max_cells
+        cells = math.prod(shape)
+        n = max(self.tasks, math.ceil(cells / self.max_cells) if cells else 1)
+        n = max(1, min(n, shape[0]))
+        rows = max(1, math.ceil(shape[0] / n)) if shape[0] else 1
+        return (rows, *[max(1, s) for s in shape[1:]])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"split": self.split, "chunks": self.chunks, "tasks": self.tasks,
+                "max_cells": self.max_cells}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any] | None) -> "Chunking":
+        doc = doc or {}
+        return cls(split=doc.get("split"), chunks=doc.get("chunks"), tasks=doc.get("tasks", 1),
+                   max_cells=doc.get("max_cells", DEFAULT_MAX_CELLS))
+
+
+def chunk_grid(shape: Sequence[int], chunk: Sequence[int]) -> list[tuple[tuple[int, ...], Box]]:
+    """Every chunk of an array as ``(grid index, global box)``, C order."""
+    shape = tuple(shape)
+    if not shape:
+        return [((), Box((), ()))]
+    counts = [max(1, math.ceil(s / c)) for s, c in zip(shape, chunk)]
+    out = []
+    for idx in itertools.product(*[range(n) for n in counts]):
+        lo = tuple(i * c for i, c in zip(idx, chunk))
+        hi = tuple(min(s, l + c) for s, l, c in zip(shape, lo, chunk))
+        out.append((tuple(idx), Box(lo, hi)))
+    return out
+
+
+def chunk_of(cell_box: Box, chunk: Sequence[int]) -> tuple[int, ...]:
+    return tuple(l // c for l, c in zip(cell_box.lo, chunk))
+
+
+def chunk_key(index: Sequence[int]) -> str:
+    """A chunk index as a directory / catalog key: ``"0.3"`` (``"0"`` for rank 0)."""
+    return ".".join(str(i) for i in index) if len(index) else "0"

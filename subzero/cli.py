@@ -1,0 +1,323 @@
+"""The ``subzero`` command line.
+
+Every error a user can cause prints one line on stderr (``subzero: error: ...``) and exits
+with status 2, without a traceback. ``--json`` prints machine-readable output only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from subzero.errors import SubZeroError
+
+EXIT_USAGE = 2
+
+
+class CliError(SubZeroError):
+    """A bad command-line value."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage too)
+        raise CliError(f"{self.prog}: {message}")
+
+
+def human_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    n = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1024 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
+def table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
+    cells = [[str(h) for h in header]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[k]) for r in cells) for k in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def parse_assignments(items: Sequence[str] | None, what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for it in items or []:
+        if "=" not in it or not it.split("=", 1)[0].strip():
+            raise CliError(f"{what} {it!r}: expected NAME=VALUE")
+        k, v = it.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def emit_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, default=_json_default))
+
+
+def _json_default(o: Any) -> Any:
+    import numpy as np
+
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, tuple):
+        return list(o)
+    return str(o)
+
+
+# ---------------------------------------------------------------------------------------
+# commands
+# ---------------------------------------------------------------------------------------
+
+
+def cmd_workflows(args: argparse.Namespace) -> int:
+    import workflows
+
+    mods = workflows.available()
+    if args.json:
+        emit_json([{"name": n, "description": m.DESCRIPTION} for n, m in mods.items()])
+    else:
+        print(table([(n, m.DESCRIPTION) for n, m in mods.items()], ("workflow", "description")))
+    return 0
+
+
+def _build_workflow(args: argparse.Namespace) -> Any:
+    import workflows
+
+    params = parse_assignments(args.param, "--param")
+    if getattr(args, "scale", None) is not None:
+        params["scale"] = str(args.scale)
+    inputs = parse_assignments(args.input, "--input")
+    return workflows.build(args.workflow, inputs=inputs, **params), inputs
+
+
+def _load_plan_file(path: str) -> dict[str, list[str]]:
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        raise CliError(f"--plan {path}: no such file") from None
+    except json.JSONDecodeError as e:
+        raise CliError(f"--plan {path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    plan = doc.get("plan", doc) if isinstance(doc, dict) else None
+    if not isinstance(plan, dict) or not all(
+        isinstance(v, list) and all(isinstance(s, str) for s in v) for v in plan.values()
+    ):
+        raise CliError(f"--plan {path}: expected {{\"plan\": {{\"OP\": [\"STRATEGY\", ...]}}}}")
+    return plan
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from subzero.chunking import Chunking
+    from subzero.executor import run_workflow
+
+    wf, inputs = _build_workflow(args)
+    plan = _load_plan_file(args.plan) if args.plan else None
+    strategy = args.strategy
+    if strategy == "optimized" and plan is None:
+        from subzero import api
+
+        plan = api.optimized_plan(wf, args.home)
+    res = run_workflow(
+        wf, home=args.home, inputs=inputs, strategy=strategy, plan=plan,
+        chunking=Chunking.parse(args.chunks), master=args.master,
+        progress=not args.json and sys.stderr.isatty(),
+    )
+    if args.json:
+        emit_json(res.to_json())
+        return 0
+    rows = [(o["name"], f"{o['runtime_s']:.3f}", f"{o['lineage_s']:.3f}",
+             human_bytes(o["lineage_bytes"]), ",".join(o["strategies"])) for o in res.operators]
+    print(table(rows, ("operator", "runtime_s", "lineage_s", "lineage", "strategies")))
+    print(f"\nrun {res.run} of {res.workflow} ({res.strategy}) complete in {res.runtime_s:.2f} s; "
+          f"inputs {human_bytes(res.input_bytes)}, lineage {human_bytes(res.lineage_bytes)}")
+    return 0
+
+
+def _catalog(args: argparse.Namespace):
+    from subzero.catalog import Catalog
+    from subzero.store import resolve_home
+
+    home = resolve_home(args.home)
+    path = home / "catalog.sqlite"
+    if not path.exists():
+        raise CliError(f"no SubZero home at {home} (run a workflow first, or pass --home)")
+    return Catalog(path)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    cat = _catalog(args)
+    runs = cat.runs()
+    keys = ("id", "workflow", "strategy", "status", "started", "runtime_s", "input_bytes",
+            "lineage_bytes", "error")
+    if args.json:
+        emit_json([{("run" if k == "id" else k): r[k] for k in keys} for r in runs])
+        return 0
+    import time as _t
+
+    rows = [(r["id"], r["workflow"], r["strategy"] or "-", r["status"],
+             _t.strftime("%Y-%m-%d %H:%M:%S", _t.localtime(r["started"])),
+             "-" if r["runtime_s"] is None else f"{r['runtime_s']:.2f}",
+             human_bytes(r["input_bytes"]), human_bytes(r["lineage_bytes"]),
+             r["error"] or "") for r in runs]
+    print(table(rows, ("run", "workflow", "strategy", "status", "started", "runtime_s",
+                       "inputs", "lineage", "note")) if rows else "no runs yet")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    cat = _catalog(args)
+    info = cat.run(args.run)
+    rid = info["id"]
+    ops, stats, arrays = cat.operators(rid), cat.op_stats(rid), cat.arrays(rid)
+    if args.json:
+        emit_json({"run": info, "operators": list(ops.values()), "stats": list(stats.values()),
+                   "arrays": list(arrays.values())})
+        return 0
+    print(f"run {rid}: {info['workflow']} ({info['strategy']}), {info['status']}"
+          + (f" - {info['error']}" if info["error"] else ""))
+    rows = []
+    for n, o in ops.items():
+        s = stats.get(n, {})
+        rows.append((n, o["kind"], ",".join(o["inputs"]), ",".join(o["strategies"]),
+                     o["parallelism"], f"{s.get('runtime_s') or 0:.3f}",
+                     human_bytes(s.get("lineage_bytes")), s.get("pairs") or 0))
+    print(table(rows, ("operator", "kind", "inputs", "strategies", "parallelism",
+                       "runtime_s", "lineage", "pairs")))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from subzero import store
+    from subzero.executor import load_run
+
+    run = load_run(args.home, args.run)
+    data = store.read_array(run.array_path(args.array))
+    out = Path(args.out)
+    suffix = out.suffix.lower()
+    if suffix == ".npy":
+        np.save(out, data)
+    elif suffix in (".fits", ".fit"):
+        if data.dtype.kind not in "biuf":
+            raise CliError(f"array {args.array!r} has dtype {data.dtype}; FITS holds numbers only "
+                           "(export to .npy instead)")
+        from astropy.io import fits
+
+        fits.PrimaryHDU(data.astype(np.uint8) if data.dtype == bool else data).writeto(
+            out, overwrite=True)
+    else:
+        raise CliError(f"cannot export to {args.out!r}: expected a .npy or .fits file name")
+    if not args.json:
+        print(f"wrote {args.array} of run {run.id} ({data.shape}, {data.dtype}) to {out}")
+    else:
+        emit_json({"run": run.id, "array": args.array, "shape": data.shape,
+                   "dtype": str(data.dtype), "out": str(out)})
+    return 0
+
+
+# ---------------------------------------------------------------------------------------
+# parser
+# ---------------------------------------------------------------------------------------
+
+EXTRA_COMMANDS: list[Callable[[Any, argparse.ArgumentParser], None]] = []
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--home", default=None,
+                        help="SubZero home directory (default $SUBZERO_HOME or ./subzero-home)")
+    common.add_argument("--json", action="store_true", help="print JSON only")
+
+    p = _Parser(prog="subzero", description="Fine-grained lineage for scientific array "
+                "workflows on Apache Spark (SubZero).")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    s = sub.add_parser("workflows", parents=[common], help="list the workflows")
+    s.set_defaults(func=cmd_workflows)
+
+    s = sub.add_parser("run", parents=[common], help="run a workflow on Spark")
+    s.add_argument("workflow")
+    s.add_argument("--input", action="append", metavar="NAME=PATH",
+                   help="read input NAME from a .npy/.fits file (repeatable)")
+    s.add_argument("--strategy", default="subzero",
+                   help="lineage strategy: subzero, blackbox, blackbox-opt, full-one, "
+                   "full-many, ... or optimized (default subzero)")
+    s.add_argument("--plan", help="apply a plan file written by 'subzero optimize'")
+    s.add_argument("--param", action="append", metavar="NAME=VALUE",
+                   help="workflow parameter, e.g. shape=400x200 (repeatable)")
+    s.add_argument("--scale", type=int, default=None, help="genomics: patient replication")
+    s.add_argument("--chunks", help="chunks per axis ('4', '4x2') or chunk shape ('500,513')")
+    s.add_argument("--master", help="Spark master URL (default $SUBZERO_SPARK_MASTER or local[*])")
+    s.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("runs", parents=[common], help="list runs")
+    s.set_defaults(func=cmd_runs)
+
+    s = sub.add_parser("show", parents=[common], help="show a run's operators and figures")
+    s.add_argument("run", help="run id, or 'latest'")
+    s.set_defaults(func=cmd_show)
+
+    s = sub.add_parser("export", parents=[common], help="write an array of a run to .npy/.fits")
+    s.add_argument("run", help="run id, or 'latest'")
+    s.add_argument("array")
+    s.add_argument("out")
+    s.set_defaults(func=cmd_export)
+
+    for add in EXTRA_COMMANDS:
+        add(sub, common)
+    return p
+
+
+def _register_extras() -> None:
+    # commands that live with their subsystem register themselves here
+    for mod in ("subzero.query_cli", "optimizer.cli", "subzero.bench_cli"):
+        try:
+            m = __import__(mod, fromlist=["register"])
+        except ModuleNotFoundError as e:
+            if e.name and mod.startswith(e.name):
+                continue
+            raise
+        if m.register not in EXTRA_COMMANDS:
+            EXTRA_COMMANDS.append(m.register)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    _register_extras()
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if not getattr(args, "command", None):
+            parser.print_help()
+            return EXIT_USAGE
+        return int(args.func(args) or 0)
+    except SubZeroError as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        print(f"subzero: error: {msg}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("subzero: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as e:  # noqa: BLE001 - a bug in SubZero, reported in one line
+        if os.environ.get("SUBZERO_DEBUG"):
+            raise
+        msg = str(e).splitlines()[0] if str(e) else ""
+        print(f"subzero: internal error: {type(e).__name__}: {msg} "
+              "(set SUBZERO_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""Home directory layout and the zarr array store.
+
+::
+
+    <home>/catalog.sqlite
+    <home>/runs/<run>/arrays/<array>.zarr        every operator output, chunked like its tasks
+    <home>/runs/<run>/lineage/<op>/<strategy>/<chunk>/   one lineage shard
+    <home>/runs/<run>/workflow.pkl              the bound workflow (for re-execution)
+    <home>/logs/spark.log                       Spark's own log output
+
+Home is ``--home``, else ``$SUBZERO_HOME``, else ``./subzero-home``. Arrays are never
+overwritten ("no overwrite"): creating an array that exists is an error.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from subzero.cells import Box
+from subzero.errors import StoreError
+
+DEFAULT_HOME = "subzero-home"
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+
+
+def resolve_home(home: str | os.PathLike | None = None) -> Path:
+    """``home`` if given, else ``$SUBZERO_HOME``, else ``./subzero-home`` (absolute)."""
+    h = home or os.environ.get("SUBZERO_HOME") or DEFAULT_HOME
+    return Path(h).expanduser().resolve()
+
+
+def parse_name(name: str, what: str = "name") -> str:
+    """An array/operator name usable as a file name, or an error naming it."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise StoreError(
+            f"{what} {name!r} is not valid: use letters, digits, '_', '-' or '.', "
+            "starting with a letter or '_'"
+        )
+    return name
+
+
+def run_dir(home: Path, rid: str) -> Path:
+    return Path(home) / "runs" / rid
+
+
+def array_path(home: Path, rid: str, name: str) -> Path:
+    return run_dir(home, rid) / "arrays" / f"{name}.zarr"
+
+
+def lineage_dir(home: Path, rid: str) -> Path:
+    return run_dir(home, rid) / "lineage"
+
+
+def _is_text(dtype: np.dtype) -> bool:
+    return dtype.kind in ("U", "O", "T")
+
+
+def _zarr_dtype(dtype: np.dtype) -> Any:
+    # strings are stored as variable-length UTF-8 (numpy StringDType) so that the kernels,
+    # zarr and the encoders agree on one representation
+    return np.dtypes.StringDType() if _is_text(dtype) else dtype
+
+
+def create_array(path: Path, shape: Sequence[int], dtype: Any, chunks: Sequence[int]) -> Any:
+    """Create an empty zarr array; refuse to overwrite one that exists."""
+    import zarr
+
+    path = Path(path)
+    if path.exists():
+        raise StoreError(f"array {path.name[:-5]!r} already exists at {path} (no overwrite)")
+    dtype = np.dtype(dtype)
+    chunks = tuple(max(1, int(c)) for c in chunks) or ()
+    fill = "" if _is_text(dtype) else 0
+    try:
+        return zarr.create_array(
+            store=str(path), shape=tuple(shape), chunks=chunks, dtype=_zarr_dtype(dtype),
+            fill_value=fill, overwrite=False,
+        )
+    except zarr.errors.ContainsArrayError:
+        raise StoreError(f"array {path.name[:-5]!r} already exists at {path} (no overwrite)") from None
+
+
+def open_array(path: Path, mode: str = "r") -> Any:
+    import zarr
+
+    path = Path(path)
+    if not path.exists():
+        raise StoreError(f"no array at {path}")
+    return zarr.open_array(str(path), mode=mode)
+
+
+def write_block(path: Path, box: Box, block: np.ndarray) -> None:
+    """Write one block (a task's output chunk) into an existing array."""
+    arr = open_array(path, "r+")
+    if _is_text(np.asarray(block).dtype):
+        block = np.asarray(block, dtype=np.dtypes.StringDType())
+    arr[box.slices] = block
+
+
+def read_box(path: Path, box: Box) -> np.ndarray:
+    """Read the cells of ``box`` from the array at ``path``."""
+    arr = open_array(path, "r")
+    if box.ndim == 0:
+        return np.asarray(arr[...])
+    return np.asarray(arr[box.slices])
+
+
+def read_array(path: Path) -> np.ndarray:
+    arr = open_array(path, "r")
+    return np.asarray(arr[...])
+
+
+def write_array(path: Path, data: np.ndarray, chunks: Sequence[int]) -> None:
+    """Create and fill a whole array (workflow inputs)."""
+    create_array(path, data.shape, data.dtype, chunks)
+    write_block(path, Box.full(data.shape), data)
+
+
+def stored_bytes(path: Path) -> int:
+    """Bytes the array takes on disk (all files under it)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.path.getsize(os.path.join(root, f))
+            except OSError:
+                pass
+    return total
+
+
+def logical_bytes(shape: Sequence[int], dtype: Any) -> int:
+    """Bytes of the array in memory (strings count their UTF-8 length on average 8)."""
+    dtype = np.dtype(dtype)
+    per = 8 if _is_text(dtype) else dtype.itemsize
+    return int(np.prod(shape, dtype=np.int64)) * per

@@ -1,0 +1,79 @@
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from subzero import store
+from subzero.catalog import SCHEMA_VERSION, Catalog
+from subzero.cells import Box
+from subzero.chunking import Chunking, chunk_grid
+from subzero.errors import CatalogError, StoreError
+
+
+def test_catalog_schema_version_and_runs(tmp_path):
+    cat = Catalog(tmp_path / "c.sqlite")
+    assert cat.schema_version == SCHEMA_VERSION
+    r1 = cat.create_run("wf", {"a": 1}, "subzero", {"op": ["map"]})
+    r2 = cat.create_run("wf", {}, "blackbox", {})
+    assert (r1, r2) == ("r1", "r2")
+    cat.finish_run(r1, "complete", runtime_s=1.5, input_bytes=10, lineage_bytes=0)
+    assert cat.run("latest")["id"] == "r1"
+    assert cat.run("r2")["status"] == "running"
+    with pytest.raises(CatalogError, match="unknown run 'r9'"):
+        cat.run("r9")
+    cat.log_query("r1", "backward", "x", "y", [["x", 0]], 1, 5, 0.01, [])
+    assert cat.query_log("r1")[0]["path"] == [["x", 0]]
+    cat.db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    cat.close()
+    with pytest.raises(CatalogError, match="schema version 99"):
+        Catalog(tmp_path / "c.sqlite")
+
+
+def test_stale_running_run_of_a_dead_process_is_marked_failed(tmp_path):
+    path = tmp_path / "c.sqlite"
+    code = ("from subzero.catalog import Catalog; import sys; "
+            f"Catalog({str(path)!r}).create_run('wf', {{}}, None, {{}})")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    cat = Catalog(path)  # the creating process is gone
+    r = cat.run("r1")
+    assert r["status"] == "failed" and "interrupted" in r["error"]
+    mine = cat.create_run("wf", {}, None, {})
+    assert cat.reap_stale_runs() == [] and cat.run(mine)["status"] == "running"
+
+
+def test_arrays_are_never_overwritten(tmp_path):
+    p = tmp_path / "a.zarr"
+    store.write_array(p, np.arange(12.0).reshape(3, 4), (2, 4))
+    with pytest.raises(StoreError, match="already exists .* \\(no overwrite\\)"):
+        store.create_array(p, (3, 4), "f8", (2, 4))
+    assert store.read_box(p, Box((1, 1), (3, 3))).tolist() == [[5.0, 6.0], [9.0, 10.0]]
+
+
+def test_string_arrays_roundtrip(tmp_path):
+    p = tmp_path / "s.zarr"
+    data = np.array([["Y", "NA"], ["c1", "L"]])
+    store.write_array(p, data, (1, 2))
+    assert store.read_array(p).tolist() == data.tolist()
+
+
+def test_home_resolution(tmp_path, monkeypatch):
+    monkeypatch.setenv("SUBZERO_HOME", str(tmp_path / "h"))
+    assert store.resolve_home(None) == (tmp_path / "h").resolve()
+    assert store.resolve_home(tmp_path / "x") == (tmp_path / "x").resolve()
+    monkeypatch.delenv("SUBZERO_HOME")
+    assert store.resolve_home(None).name == "subzero-home"
+
+
+def test_chunking_policies():
+    assert Chunking(split=7).chunk_shape((13, 9)) == (2, 2)
+    assert Chunking(chunks=(500, 513)).chunk_shape((2001, 513)) == (500, 513)
+    assert Chunking().chunk_shape((2001, 513)) == (2001, 513)
+    assert Chunking(tasks=4).chunk_shape((2001, 513)) == (501, 513)
+    assert Chunking(max_cells=1000).chunk_shape((100, 100)) == (10, 100)
+    assert Chunking().chunk_shape((2001, 513), global_=True) == (2001, 513)
+    assert len(chunk_grid((13, 9), (2, 2))) == 7 * 5
+    assert Chunking.parse("4x2") == Chunking(split=(4, 2))
+    with pytest.raises(Exception, match="bad chunking"):
+        Chunking.parse("a,b")
