@@ -74,6 +74,40 @@ def brute_forward(pairs: PairBatch, in_lin: np.ndarray, i: int) -> set[int]:
     return res
 
 
+def payload_backward(op: Any, pairs: PairBatch | None, frontier_out: np.ndarray, i: int,
+                     default: bool) -> np.ndarray:
+    """Brute-force backward lineage of payload (``default=False``, PAY: cells without a
+    payload have no lineage) or composite lineage (``default=True``, COMP: ``map_b`` for
+    cells without a payload, ``map_p`` for those with one). One cell at a time."""
+    res = np.zeros(op.in_shapes[i], dtype=bool)
+    covered = np.zeros(op.out_shape, dtype=bool)
+    flat_f = frontier_out.reshape(-1)
+    if pairs is not None:
+        for k in range(len(pairs)):
+            outs = pairs.out.row(k)
+            for o in outs.tolist():
+                if flat_f[o]:
+                    cell = np.array([np.unravel_index(o, op.out_shape)], dtype=np.int64)
+                    got = as_linear(op.map_p(cell, pairs.payload_bytes(k), i), op.in_shapes[i])
+                    res.reshape(-1)[got.astype(np.intp)] = True
+            covered.reshape(-1)[outs.astype(np.intp)] = True
+    if default:
+        rest = frontier_out & ~covered
+        for o in np.flatnonzero(rest):
+            res |= np.asarray(op.map_b(mask_from_linear([o], op.out_shape), i), dtype=bool)
+    return res
+
+
+def full_backward(pairs: PairBatch | None, frontier_out: np.ndarray, i: int,
+                  in_shape: Sequence[int]) -> np.ndarray:
+    """Brute-force backward lineage of full region pairs, as a frontier of input ``i``."""
+    res = np.zeros(tuple(in_shape), dtype=bool)
+    if pairs is not None:
+        got = brute_backward(pairs, np.flatnonzero(frontier_out), i)
+        res.reshape(-1)[np.fromiter(got, dtype=np.intp, count=len(got))] = True
+    return res
+
+
 def assert_mapping_matches_trace(op: Any, inputs: Sequence[np.ndarray], split: int = 2,
                                  max_cells: int = 200, seed: int = 0) -> None:
     """For sampled single cells, ``map_b``/``map_f`` equal the traced region pairs."""
