@@ -9,7 +9,11 @@ An operator computes one output array from ``n`` input arrays, one output *chunk
   lineage through ``ctx.lwrite`` / ``ctx.lwrite_pairs``;
 - :meth:`Operator.map_b` / :meth:`Operator.map_f` map whole boolean frontiers (vectorized);
   :class:`CellMapping` lifts the paper's per-cell form to frontiers (the slow path);
-- :meth:`Operator.map_p` recomputes input cells from a stored payload;
+- :meth:`Operator.map_p` recomputes input cells from a stored payload (and
+  :meth:`Operator.map_p_hits` tests payload lineage forward);
+- an operator supporting ``COMP`` gives its *default* mapping as ``map_b``/``map_f`` (used
+  for the cells that stored no payload) and does not list ``MAP`` unless the default alone is
+  its whole lineage;
 - :meth:`Operator.all_to_all` marks where the entire-array optimization is safe;
 - :attr:`Operator.parallelism` says how it splits into tasks: :data:`ELEMENTWISE` (any
   chunking, input block = output block), :func:`stencil` (input block = output block plus
@@ -157,6 +161,26 @@ class Operator(ABC):
         ``payload``) depend on, in any form :func:`subzero.cells.as_linear` takes."""
         raise ModeError(f"operator {self.name!r} has no payload function")
 
+    def map_p_hits(self, outcells: np.ndarray, payload: bytes, i: int,
+                   frontier_in: np.ndarray) -> np.ndarray:
+        """Forward test of payload lineage: which of ``outcells`` (``(n, ndim)``, all sharing
+        ``payload``) have input-``i`` lineage meeting ``frontier_in``. Returns a bool array.
+
+        The default applies :meth:`map_p` to the whole group first (most groups miss the
+        frontier entirely), then cell by cell: the paper's scan. Operators whose payload
+        lineage has structure (a radius, a region) override it with a vectorized test.
+        """
+        shape = self.in_shapes[i]
+        flat = frontier_in.reshape(-1)
+        union = as_linear(self.map_p(outcells, payload, i), shape).astype(np.intp)
+        hits = np.zeros(len(outcells), dtype=bool)
+        if not flat[union].any():
+            return hits
+        for k in range(len(outcells)):
+            got = as_linear(self.map_p(outcells[k : k + 1], payload, i), shape).astype(np.intp)
+            hits[k] = bool(flat[got].any())
+        return hits
+
     def all_to_all(self, i: int) -> bool:
         """True when the whole output maps to the whole input ``i`` and back (entire-array
         optimization; paper VI-C)."""
@@ -274,25 +298,39 @@ def box_neighbours(
     coords: np.ndarray, radius: Sequence[int], shape: Shape, wrap: bool = False
 ) -> Ragged:
     """For each cell, the linear indices of the box of ``radius`` around it (clipped at the
-    border, or wrapped), as a Ragged. Vectorized over cells and offsets."""
+    border, or wrapped), as a Ragged, in C order within each box.
+
+    Works in linear-index space: one ``(n, m)`` add of per-axis offsets and a per-axis
+    bounds mask, no ``(n, m, ndim)`` coordinate array.
+    """
+    shape = tuple(int(v) for v in shape)
     ndim = len(shape)
-    grids = np.meshgrid(*[np.arange(-r, r + 1) for r in radius], indexing="ij")
-    offsets = np.stack([g.reshape(-1) for g in grids], axis=1).astype(np.int64)  # (m, ndim)
+    coords = np.asarray(coords, dtype=np.int64).reshape(-1, ndim)
     n = len(coords)
-    neigh = coords[:, None, :] + offsets[None, :, :]  # (n, m, ndim)
-    shp = np.asarray(shape, dtype=np.int64)
-    if wrap:
-        neigh %= shp
-        valid = np.ones(neigh.shape[:2], dtype=bool)
-    else:
-        valid = ((neigh >= 0) & (neigh < shp)).all(axis=2)
-    flat = neigh[valid]
-    lin = np.ravel_multi_index(tuple(flat.T), shape).astype(np.uint64) if ndim else flat[:, 0]
+    if n == 0:
+        return Ragged.empty()
+    grids = np.meshgrid(*[np.arange(-r, r + 1, dtype=np.int64) for r in radius], indexing="ij")
+    offsets = [g.reshape(-1) for g in grids]  # per axis, (m,)
+    m = len(offsets[0])
+    strides = np.ones(ndim, dtype=np.int64)
+    for d in range(ndim - 2, -1, -1):
+        strides[d] = strides[d + 1] * shape[d + 1]
+    lin = np.zeros((n, m), dtype=np.int64)
+    valid = np.ones((n, m), dtype=bool)
+    for d in range(ndim):
+        pos = coords[:, d, None] + offsets[d][None, :]  # (n, m) along axis d
+        if wrap:
+            pos %= shape[d]
+        else:
+            valid &= (pos >= 0) & (pos < shape[d])
+        lin += pos * strides[d]
     if wrap:
         # a small array can wrap several offsets onto the same cell: keep sets exact
-        rows = [np.unique(r) for r in Ragged.from_lengths(lin, valid.sum(axis=1)).rows()]
-        return Ragged.from_rows(rows) if n else Ragged.empty()
-    return Ragged.from_lengths(lin, valid.sum(axis=1))
+        lin.sort(axis=1)
+        keep = np.ones_like(valid)
+        keep[:, 1:] = lin[:, 1:] != lin[:, :-1]
+        valid = keep
+    return Ragged.from_lengths(lin[valid].astype(np.uint64), valid.sum(axis=1))
 
 
 # ---------------------------------------------------------------------------------------

@@ -93,6 +93,44 @@ class Run:
     def __repr__(self) -> str:
         return f"Run({self.id!r}, workflow={self.workflow.name!r})"
 
+    # -- lineage queries -------------------------------------------------------------------
+    def query_executor(self, **kwargs: Any) -> Any:
+        """A :class:`subzero.query.QueryExecutor` on this run (kept for repeated queries)."""
+        from subzero.query import QueryExecutor
+
+        if getattr(self, "_qx", None) is None or kwargs:
+            self._qx = QueryExecutor(self.loaded, **kwargs)
+        return self._qx
+
+    def backward(self, cells: Any, start: str | None = None,
+                 path: Sequence[tuple[str, int]] | None = None, to: str | None = None,
+                 method: str = "auto") -> Any:
+        """Backward lineage of ``cells`` of array ``start`` (coordinates, a bool mask or a
+        :class:`subzero.Box`) along ``path`` (``[(operator, input index), ...]``) or every
+        path ``to`` an ancestor array. Returns a :class:`subzero.query.LineageResult`.
+
+        >>> res = run.backward([(10, 20)], start="bright", to="image")   # doctest: +SKIP
+        >>> res.count, res.coords[:2], [s.method for s in res.steps]     # doctest: +SKIP
+        """
+        return self.query_executor().backward(cells, start, path, to, method)
+
+    def forward(self, cells: Any, start: str | None = None,
+                path: Sequence[tuple[str, int]] | None = None, to: str | None = None,
+                method: str = "auto") -> Any:
+        """Forward lineage of ``cells`` of array ``start`` along ``path`` or ``to`` a
+        descendant array."""
+        return self.query_executor().forward(cells, start, path, to, method)
+
+    def named_query(self, name: str, method: str = "auto") -> Any:
+        """Run one of the workflow's named queries (e.g. ``BQ3``)."""
+        q = self.workflow.queries.get(name)
+        if q is None:
+            known = ", ".join(self.workflow.queries) or "none"
+            raise SubZeroError(f"workflow {self.workflow.name!r} has no named query {name!r} "
+                               f"(named queries: {known})")
+        cells = q.cells(self)
+        return self.query_executor().query(q.direction, cells, q.start, q.path, q.to, method)
+
 
 def optimized_plan(wf: Workflow, home: Any) -> dict[str, list[str]]:
     """The optimizer's plan for ``wf`` from the catalog's statistics (``--strategy optimized``)."""

@@ -26,8 +26,6 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 import numpy as np
-from scipy import ndimage
-
 from subzero.errors import CellError
 
 Shape = tuple[int, ...]
@@ -296,22 +294,46 @@ def mask_from_linear(linear: np.ndarray, shape: Sequence[int]) -> np.ndarray:
     return mask
 
 
+def _shift_or(out: np.ndarray, src: np.ndarray, ax: int, k: int, wrap: bool) -> None:
+    """``out |= src`` shifted by ``+k`` and ``-k`` cells along ``ax`` (in place)."""
+    if wrap:
+        out |= np.roll(src, k, axis=ax)
+        out |= np.roll(src, -k, axis=ax)
+        return
+    n = src.shape[ax]
+    if k >= n:
+        out |= src.any(axis=ax, keepdims=True)
+        return
+    a = [slice(None)] * src.ndim
+    b = [slice(None)] * src.ndim
+    a[ax], b[ax] = slice(k, None), slice(None, n - k)
+    out[tuple(a)] |= src[tuple(b)]
+    out[tuple(b)] |= src[tuple(a)]
+
+
 def dilate(mask: np.ndarray, radius: int | Sequence[int], wrap: bool = False) -> np.ndarray:
-    """Box dilation of a frontier by ``radius`` cells per axis (separable, O(n) per axis).
+    """Box dilation of a frontier by ``radius`` cells per axis.
 
     This is the backward and forward mapping of a stencil of that radius: each output cell
     depends on the box of input cells around it, clipped at the border (or wrapped around
-    when the stencil's boundary mode wraps).
+    when the stencil's boundary mode wraps). Separable, with shifted ORs whose reach doubles
+    each pass: O(n log r) bool operations, a fraction of a millisecond per megapixel.
     """
     if np.isscalar(radius):
         radius = (int(radius),) * mask.ndim
-    out = mask.view(np.uint8) if mask.dtype == bool else mask.astype(np.uint8)
+    out = np.array(mask, dtype=bool, copy=True)
     for ax, r in enumerate(radius):
-        if r > 0 and mask.shape[ax] > 0:
-            out = ndimage.maximum_filter1d(
-                out, size=2 * r + 1, axis=ax, mode="wrap" if wrap else "constant", cval=0
-            )
-    return out.astype(bool, copy=False) if out is not mask else mask.copy()
+        if r <= 0 or out.shape[ax] == 0:
+            continue
+        if wrap and 2 * r + 1 >= out.shape[ax]:
+            out |= out.any(axis=ax, keepdims=True)
+            continue
+        reach = 0
+        while reach < r:
+            step = min(reach + 1, r - reach)
+            _shift_or(out, out.copy(), ax, step, wrap)
+            reach += step
+    return out
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,9 @@ def main(argv: list[str] | None = None) -> int:
     steps = [
         ["workflows"],
         ["run", "example", *home],
+        ["query", "latest", "backward", "--from", "bright", "--cells", "1000,256",
+         "--path", "bright:0,residual:0,smooth:0,calibrate:0", "--png", "demo-lineage.png",
+         *home],
         ["runs", *home],
     ]
     for step in steps:

@@ -374,7 +374,8 @@ def run_workflow(
             _raise_task_error(name, results)
             shards = [s for r in results for s in r["shards"]]
             shard_rows = [
-                {"op": name, "strategy": s["strategy"], "chunk": s["chunk"], "path": s["path"],
+                {"op": name, "strategy": s["strategy"], "chunk": s["chunk"],
+                 "path": os.path.relpath(s["path"], home),
                  "data_bytes": s.get("data_bytes", 0), "index_bytes": s.get("index_bytes", 0),
                  "pairs": s.get("pairs", 0), "out_cells": s.get("out_cells", 0),
                  "in_cells": s.get("in_cells", 0), "fanin": s.get("fanin"),

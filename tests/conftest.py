@@ -17,6 +17,9 @@ def spark(tmp_path_factory):
     """The one SparkSession of the test process (local[2], quiet)."""
     from subzero.spark import get_spark, stop_spark
 
+    # Spark's Python workers must import test-only operators (tests.*) by reference
+    paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     session = get_spark("local[2]", tmp_path_factory.mktemp("spark-logs"))
     yield session
     stop_spark()

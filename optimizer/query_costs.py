@@ -1,0 +1,93 @@
+"""Query-time cost estimates: which access method answers one query step fastest.
+
+Before each step of a lineage query the executor estimates, from the catalog's statistics
+and the frontier's size, what each available method would cost (paper VII-A):
+
+- ``map``: a vectorized mapping function, linear in the array sizes;
+- ``stored``: reading lineage from shards; a matching direction costs per query cell and per
+  decoded cell, a mismatched one (e.g. backward on forward-optimized lineage) scans every
+  stored pair, and forward queries on payload lineage scan and apply ``map_p``;
+- ``reexec``: re-running the operator in tracing mode on the touched tiles only, in
+  proportion to the cells re-run, times a tracing factor, plus per-task overhead.
+
+The constants are seconds on the machine that measured them. Defaults come from this
+machine class; ``subzero calibrate`` (the optimizer issue) re-measures them into
+``optimizer/calibration.json``, which :func:`load_costs` reads when present.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
+
+
+@dataclass(frozen=True)
+class QueryCosts:
+    """Seconds per unit of work for each query access method."""
+
+    map_fixed: float = 5e-5
+    map_per_cell: float = 1.5e-9  # per cell of the input plus output arrays
+    shard_fixed: float = 2e-4  # open a shard, position a cursor
+    lookup_per_cell: float = 2e-6  # matched direction, per query cell
+    decode_per_cell: float = 2e-8  # per decoded lineage cell
+    scan_per_pair: float = 1.5e-6  # mismatched direction: every stored pair
+    payload_per_group: float = 4e-5  # one map_p call on a group of cells
+    reexec_fixed_driver: float = 2e-3
+    reexec_fixed_task: float = 6e-2  # one Spark task
+    trace_factor: float = 4.0  # tracing (FULL pairs + join) vs. plain run time
+    reexec_per_cell: float = 1e-7  # when the operator's own runtime is unknown
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> "QueryCosts":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: float(v) for k, v in doc.items() if k in known})
+
+    def to_json(self) -> dict[str, float]:
+        return asdict(self)
+
+    # -- estimates -------------------------------------------------------------------------
+    def map_cost(self, in_cells: int, out_cells: int) -> float:
+        return self.map_fixed + self.map_per_cell * (in_cells + out_cells)
+
+    def stored_cost(self, matched: bool, payload: bool, forward: bool, n_query: int,
+                    shards: int, pairs: int, out_cells: int, in_cells: int) -> float:
+        """Reading stored lineage for ``n_query`` frontier cells.
+
+        ``pairs``/``out_cells``/``in_cells`` are the strategy's totals over its shards.
+        """
+        fanin = in_cells / max(1, out_cells)
+        if payload:
+            if forward:  # scan every pair and apply map_p
+                return (shards * self.shard_fixed + pairs * self.scan_per_pair
+                        + min(pairs, 256) * self.payload_per_group)
+            return (shards * self.shard_fixed + n_query * self.lookup_per_cell
+                    + min(n_query, 256) * self.payload_per_group)
+        if matched:
+            return (shards * self.shard_fixed + n_query * self.lookup_per_cell
+                    + n_query * max(1.0, fanin) * self.decode_per_cell)
+        return shards * self.shard_fixed + pairs * self.scan_per_pair + (
+            in_cells + out_cells) * self.decode_per_cell
+
+    def reexec_cost(self, op_runtime_s: float | None, total_cells: int, rerun_cells: int,
+                    tasks: int, on_spark: bool) -> float:
+        frac = rerun_cells / max(1, total_cells)
+        base = (op_runtime_s * frac if op_runtime_s is not None
+                else rerun_cells * self.reexec_per_cell)
+        fixed = tasks * self.reexec_fixed_task / 2 if on_spark else self.reexec_fixed_driver
+        return fixed + base * self.trace_factor
+
+
+def load_costs(path: str | Path | None = None) -> QueryCosts:
+    """The calibrated constants if a calibration file exists, else the defaults."""
+    p = Path(path) if path else CALIBRATION_FILE
+    if p.exists():
+        try:
+            doc = json.loads(p.read_text())
+            return QueryCosts.from_json(doc.get("query", doc))
+        except (OSError, ValueError, TypeError):
+            pass
+    return QueryCosts()

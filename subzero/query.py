@@ -1,0 +1,632 @@
+"""Lineage queries: walk operator paths with boolean frontiers (paper IV, VI-C, VII-A).
+
+A query starts from cells of one array and follows a *path*, a list of ``(operator, input
+index)`` steps as in the paper, or every path of the DAG to a target array (``to=``; paths
+are unioned). Each step maps a frontier (a numpy bool array with the array's shape) through
+one operator, using the cheapest access method the run has for it:
+
+``map``
+    the operator's vectorized mapping function (nothing stored);
+``stored:<strategy>``
+    lineage read from its shards: Full lineage in either direction (a mismatched direction
+    scans, and is costed accordingly), Pay lineage (``map_p`` on the payloads; forward
+    queries scan every payload), Comp lineage (the mapping default, overridden by the
+    payload result for cells that stored a payload);
+``reexec``
+    the operator re-executed in tracing mode (``modes={FULL}``) on the tiles the frontier
+    touches only (backward: output tiles holding frontier cells; forward: tiles whose input
+    window holds frontier cells), joining the traced pairs with the frontier inside the task;
+``entire-array``
+    the frontier is full and the operator's ``all_to_all(i)`` says the result is full too.
+
+Before each step the query-time optimizer estimates every available method's cost
+(:mod:`optimizer.query_costs`) and runs the cheapest; while reading stored lineage it
+switches to re-execution once the reading has cost more than re-execution is estimated to,
+which bounds the worst case at about twice the black-box cost. Empty frontiers end a query
+early; a step stops reading shards once its result is full. Every query is logged in the
+catalog (the optimizer's workload).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from subzero.catalog import Catalog
+from subzero.cells import Box, Ragged, as_linear, frontier as make_frontier, mask_from_linear, to_coords
+from subzero.errors import CellError, QueryError
+from subzero.executor import LoadedRun, reexecute
+from subzero.modes import Direction, Mode, Strategy
+from subzero.runtime import ChunkContext, PairBatch
+
+METHODS = ("auto", "map", "stored", "reexec")
+MAX_JSON_CELLS = 10_000
+
+
+@dataclass
+class Step:
+    """What one query step did."""
+
+    operator: str
+    input: int
+    method: str
+    in_count: int
+    out_count: int
+    elapsed_s: float
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        d = {"operator": self.operator, "input": self.input, "method": self.method,
+             "in_count": self.in_count, "out_count": self.out_count, "elapsed_s": self.elapsed_s}
+        if self.note:
+            d["note"] = self.note
+        return d
+
+
+@dataclass
+class LineageResult:
+    """A query's answer: the frontier reached in the target array, and how."""
+
+    run: str
+    direction: str
+    array: str
+    shape: tuple[int, ...]
+    mask: np.ndarray
+    steps: list[Step] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    start: str = ""
+
+    @property
+    def count(self) -> int:
+        return int(np.count_nonzero(self.mask))
+
+    @property
+    def coords(self) -> np.ndarray:
+        """The result cells as an ``(n, ndim)`` int64 array, C order."""
+        return np.argwhere(self.mask).astype(np.int64)
+
+    @property
+    def linear(self) -> np.ndarray:
+        return np.flatnonzero(self.mask).astype(np.uint64)
+
+    def to_json(self, max_cells: int = MAX_JSON_CELLS) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "run": self.run, "direction": self.direction, "array": self.array,
+            "shape": list(self.shape), "count": self.count, "elapsed_s": self.elapsed_s,
+            "steps": [s.to_json() for s in self.steps],
+        }
+        if self.count <= max_cells:
+            doc["cells"] = self.coords.tolist()
+        return doc
+
+
+# ---------------------------------------------------------------------------------------
+# in-task joins for re-execution (module level: shipped to Spark by reference)
+# ---------------------------------------------------------------------------------------
+
+
+def _unpack(packed: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    n = int(np.prod(shape, dtype=np.int64))
+    return np.unpackbits(packed, count=n).astype(bool)
+
+
+def _join_backward(ch: ChunkContext, full: PairBatch | None, pay: PairBatch | None, *,
+                   i: int, packed: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Input-``i`` cells of the traced pairs whose output cells meet the frontier."""
+    if full is None or not len(full):
+        return np.empty(0, dtype=np.uint64)
+    flat = _unpack(packed, shape)
+    rows = np.flatnonzero(full.out.any_in(flat))
+    return np.unique(full.ins[i].take(rows).values)
+
+
+def _join_forward(ch: ChunkContext, full: PairBatch | None, pay: PairBatch | None, *,
+                  i: int, packed: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Output cells of the traced pairs whose input-``i`` cells meet the frontier."""
+    if full is None or not len(full):
+        return np.empty(0, dtype=np.uint64)
+    flat = _unpack(packed, shape)
+    rows = np.flatnonzero(full.ins[i].any_in(flat))
+    return np.unique(full.out.take(rows).values)
+
+
+# ---------------------------------------------------------------------------------------
+# payload helpers
+# ---------------------------------------------------------------------------------------
+
+
+def group_by_payload(pairs: PairBatch) -> list[tuple[bytes, np.ndarray]]:
+    """``[(payload, output linear indices)]``, one group per distinct payload (vectorized
+    when payloads have one length, which is the common case)."""
+    if pairs is None or not len(pairs):
+        return []
+    lens = pairs.payload.lengths
+    if len(lens) and (lens == lens[0]).all():
+        width = int(lens[0])
+        rows = pairs.payload.values.reshape(len(pairs), width) if width else np.zeros(
+            (len(pairs), 1), np.uint8)
+        uniq, inv = np.unique(rows, axis=0, return_inverse=True)
+        inv = inv.reshape(-1)
+        payloads = [u.tobytes() if width else b"" for u in uniq]
+    else:
+        keys = [pairs.payload.row(k).tobytes() for k in range(len(pairs))]
+        payloads, inv = np.unique(np.array(keys, dtype=object), return_inverse=True)
+        payloads = list(payloads)
+    order = np.argsort(inv, kind="stable")
+    bounds = np.searchsorted(inv[order], np.arange(len(payloads) + 1))
+    out = []
+    for g, p in enumerate(payloads):
+        rows_g = order[bounds[g]:bounds[g + 1]]
+        out.append((p, pairs.out.take(rows_g).values))
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# the executor
+# ---------------------------------------------------------------------------------------
+
+
+class QueryExecutor:
+    """Answers lineage queries on one finished run.
+
+    Parameters
+    ----------
+    run : the run (:func:`subzero.executor.load_run`).
+    catalog : for statistics and the query log (opened from the run's home if None).
+    where : where re-execution runs: ``"auto"`` (Spark for large re-executions when a
+        session is already running, else this process), ``"driver"`` or ``"spark"``.
+    log : record each query in the catalog's query log.
+    """
+
+    def __init__(self, run: LoadedRun, catalog: Catalog | None = None, where: str = "auto",
+                 log: bool = True, costs: Any = None, tile_cells: int = 1 << 16,
+                 min_switch_s: float = 0.05) -> None:
+        from optimizer.query_costs import load_costs
+
+        self.run = run
+        self._own_catalog = catalog is None
+        self.catalog = catalog or Catalog(run.home / "catalog.sqlite")
+        self.where = where
+        self.log = log
+        self.costs = costs or load_costs()
+        self.tile_cells = int(tile_cells)
+        # never abandon stored lineage sooner than this (re-execution estimates are rough)
+        self.min_switch_s = float(min_switch_s)
+        self.op_stats = self.catalog.op_stats(run.id)
+        self.shards: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for row in self.catalog.shards(run.id):
+            self.shards.setdefault((row["op"], row["strategy"]), []).append(row)
+        self._readers: dict[str, Any] = {}
+
+    def close(self) -> None:
+        for r in self._readers.values():
+            r.close()
+        self._readers.clear()
+        if self._own_catalog:
+            self.catalog.close()
+
+    # -- public ----------------------------------------------------------------------------
+    def backward(self, cells: Any, start: str | None = None,
+                 path: Sequence[tuple[str, int]] | None = None, to: str | None = None,
+                 method: str = "auto") -> LineageResult:
+        return self.query("backward", cells, start, path, to, method)
+
+    def forward(self, cells: Any, start: str | None = None,
+                path: Sequence[tuple[str, int]] | None = None, to: str | None = None,
+                method: str = "auto") -> LineageResult:
+        return self.query("forward", cells, start, path, to, method)
+
+    def query(self, direction: str, cells: Any, start: str | None,
+              path: Sequence[tuple[str, int]] | None, to: str | None,
+              method: str = "auto") -> LineageResult:
+        t0 = time.perf_counter()
+        if direction not in ("backward", "forward"):
+            raise QueryError(f"direction must be 'backward' or 'forward'. Got {direction!r}.")
+        if method not in METHODS:
+            raise QueryError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")
+        if (path is None) == (to is None):
+            raise QueryError("give either a path or a target (to=...), not both or neither")
+        wf = self.run.workflow
+        if path is not None:
+            steps, start, target = self._check_path(direction, path, start)
+        else:
+            if start is None:
+                raise QueryError("a query with to=... needs the start array (from)")
+            self._check_array(start)
+            self._check_array(to)
+            steps, target = None, to
+        shape = wf.array_shape(start)
+        f0 = make_frontier(shape, cells)
+        n0 = int(np.count_nonzero(f0))
+        if path is not None:
+            mask, done = self._walk_path(direction, steps, f0, method)
+        else:
+            mask, done = self._walk_dag(direction, start, to, f0, method)
+        res = LineageResult(self.run.id, direction, target, wf.array_shape(target), mask, done,
+                            time.perf_counter() - t0, start)
+        if self.log:
+            self.catalog.log_query(
+                self.run.id, direction, start, target,
+                [[s.operator, s.input] for s in done], n0, res.count, res.elapsed_s,
+                [s.to_json() for s in done])
+        return res
+
+    # -- paths -----------------------------------------------------------------------------
+    def _check_array(self, name: str) -> None:
+        wf = self.run.workflow
+        if name not in wf.inputs and name not in wf.ops:
+            raise QueryError(f"run {self.run.id} has no array {name!r} "
+                             f"(arrays: {', '.join([*wf.inputs, *wf.order])})")
+
+    def _check_path(self, direction: str, path: Sequence[tuple[str, int]], start: str | None
+                    ) -> tuple[list[tuple[str, int]], str, str]:
+        wf = self.run.workflow
+        steps = []
+        for k, step in enumerate(path):
+            try:
+                op_name, idx = step
+                idx = int(idx)
+            except (TypeError, ValueError):
+                raise QueryError(f"path step {k + 1} must be (operator, input index). "
+                                 f"Got {step!r}.") from None
+            if op_name not in wf.ops:
+                raise QueryError(f"operator {op_name!r} is not in run {self.run.id} "
+                                 f"(operators: {', '.join(wf.order)})")
+            n_in = len(wf.nodes[op_name].inputs)
+            if not 0 <= idx < n_in:
+                raise QueryError(f"operator {op_name!r} has {n_in} input(s); input index {idx} "
+                                 f"is out of range")
+            steps.append((op_name, idx))
+        if not steps:
+            raise QueryError("the path is empty")
+        if direction == "backward":
+            first = steps[0][0]
+            if start is not None and start != first:
+                raise QueryError(f"a backward path starts at the operator that produced the "
+                                 f"cells: path starts at {first!r}, cells are in {start!r}")
+            for k in range(len(steps) - 1):
+                (op, i), (nxt, _) = steps[k], steps[k + 1]
+                src = wf.nodes[op].inputs[i]
+                if src != nxt:
+                    raise QueryError(f"impossible path at step {k + 2}: input {i} of {op!r} is "
+                                     f"{src!r}, not the output of {nxt!r}")
+            last_op, last_i = steps[-1]
+            return steps, first, wf.nodes[last_op].inputs[last_i]
+        first_op, first_i = steps[0]
+        src = wf.nodes[first_op].inputs[first_i]
+        if start is not None and start != src:
+            raise QueryError(f"a forward path's first step reads the start array: input "
+                             f"{first_i} of {first_op!r} is {src!r}, not {start!r}")
+        for k in range(len(steps) - 1):
+            (op, _), (nxt, j) = steps[k], steps[k + 1]
+            if wf.nodes[nxt].inputs[j] != op:
+                raise QueryError(f"impossible path at step {k + 2}: input {j} of {nxt!r} is "
+                                 f"{wf.nodes[nxt].inputs[j]!r}, not the output of {op!r}")
+        return steps, src, steps[-1][0]
+
+    def _walk_path(self, direction: str, steps: list[tuple[str, int]], f: np.ndarray,
+                   method: str) -> tuple[np.ndarray, list[Step]]:
+        done: list[Step] = []
+        for op_name, i in steps:
+            f, step = self.step(op_name, i, direction, f, method)
+            done.append(step)
+        return f, done
+
+    def _relevant(self, direction: str, start: str, target: str) -> set[str]:
+        """Arrays on some path between ``start`` and ``target``."""
+        wf = self.run.workflow
+        parents = {n: set(wf.nodes[n].inputs) for n in wf.order}
+
+        def ancestors(a: str) -> set[str]:
+            seen, todo = {a}, [a]
+            while todo:
+                x = todo.pop()
+                for p in parents.get(x, ()):
+                    if p not in seen:
+                        seen.add(p)
+                        todo.append(p)
+            return seen
+
+        lo, hi = (target, start) if direction == "backward" else (start, target)
+        between = {a for a in ancestors(hi) if lo in ancestors(a)}
+        if lo not in between or hi not in between or lo == hi:
+            word = "back to" if direction == "backward" else "forward to"
+            raise QueryError(f"no path from {start!r} {word} {target!r} in workflow "
+                             f"{wf.name!r}")
+        return between
+
+    def _walk_dag(self, direction: str, start: str, target: str, f0: np.ndarray, method: str
+                  ) -> tuple[np.ndarray, list[Step]]:
+        """Union over every path: propagate frontiers through the DAG in (reverse)
+        topological order; lineage distributes over unions, so this equals the union of the
+        per-path answers while visiting each (operator, input) once."""
+        wf = self.run.workflow
+        between = self._relevant(direction, start, target)
+        fronts: dict[str, np.ndarray] = {start: f0}
+        done: list[Step] = []
+        if direction == "backward":
+            for op_name in reversed(wf.order):
+                if op_name not in between or op_name == target or op_name not in fronts:
+                    continue
+                for i, src in enumerate(wf.nodes[op_name].inputs):
+                    if src not in between:
+                        continue
+                    got, step = self.step(op_name, i, "backward", fronts[op_name], method)
+                    done.append(step)
+                    fronts[src] = fronts[src] | got if src in fronts else got
+        else:
+            for op_name in wf.order:
+                if op_name not in between:
+                    continue
+                for i, src in enumerate(wf.nodes[op_name].inputs):
+                    if src not in between or src not in fronts:
+                        continue
+                    got, step = self.step(op_name, i, "forward", fronts[src], method)
+                    done.append(step)
+                    fronts[op_name] = fronts[op_name] | got if op_name in fronts else got
+        return fronts.get(target, np.zeros(wf.array_shape(target), dtype=bool)), done
+
+    # -- one step --------------------------------------------------------------------------
+    def methods(self, op_name: str) -> list[tuple[str, Strategy | None]]:
+        """The access methods this run has for an operator (re-execution always)."""
+        out: list[tuple[str, Strategy | None]] = []
+        strategies = self.run.strategies(op_name)
+        if Strategy.parse("map") in strategies:
+            out.append(("map", None))
+        for s in strategies:
+            if s.stored and self.shards.get((op_name, s.name)):
+                out.append(("stored", s))
+        out.append(("reexec", None))
+        return out
+
+    def step(self, op_name: str, i: int, direction: str, f: np.ndarray, method: str = "auto"
+             ) -> tuple[np.ndarray, Step]:
+        """Map frontier ``f`` through input ``i`` of ``op_name`` (backward: output -> input
+        i; forward: input i -> output)."""
+        t0 = time.perf_counter()
+        op = self.run.op(op_name)
+        backward = direction == "backward"
+        out_shape = op.in_shapes[i] if backward else op.out_shape
+        n_in = int(np.count_nonzero(f))
+        note = ""
+        if n_in == 0:
+            res, used = np.zeros(out_shape, dtype=bool), "empty"
+        elif n_in == f.size and op.all_to_all(i):
+            res, used = np.ones(out_shape, dtype=bool), "entire-array"
+        else:
+            options = self.methods(op_name)
+            chosen, estimate = self._choose(op, i, backward, f, n_in, options, method)
+            kind, strategy = chosen
+            if kind == "map":
+                res = op.map_b(f, i) if backward else op.map_f(f, i)
+                res = np.asarray(res, dtype=bool)
+                used = "map"
+            elif kind == "stored":
+                reexec_est = estimate.get(("reexec", None))
+                deadline = (time.perf_counter() + max(reexec_est, self.min_switch_s)
+                            if method == "auto" and reexec_est is not None else None)
+                res = self._stored(op, i, backward, f, strategy, deadline)
+                used = f"stored:{strategy.name}"
+                if res is None:  # reading cost more than re-executing would
+                    res = self._reexec(op, i, backward, f)
+                    used = "reexec"
+                    note = f"switched from stored:{strategy.name} after {reexec_est:.3f} s"
+            else:
+                res = self._reexec(op, i, backward, f)
+                used = "reexec"
+        step = Step(op_name, i, used, n_in, int(np.count_nonzero(res)),
+                    time.perf_counter() - t0, note)
+        return res, step
+
+    def _stats(self, op_name: str) -> dict[str, Any]:
+        return self.op_stats.get(op_name, {})
+
+    def _choose(self, op: Any, i: int, backward: bool, f: np.ndarray, n_in: int,
+                options: list[tuple[str, Strategy | None]], method: str
+                ) -> tuple[tuple[str, Strategy | None], dict]:
+        if method == "auto" and options[0][0] == "map":
+            # the paper's optimizer picks mapping functions over every other class
+            return ("map", None), {}
+        est: dict[tuple[str, Any], float] = {}
+        c = self.costs
+        in_size = int(np.prod(op.in_shapes[i]))
+        out_size = int(np.prod(op.out_shape))
+        for kind, s in options:
+            if kind == "map":
+                est[(kind, s)] = c.map_cost(in_size, out_size)
+            elif kind == "stored":
+                rows = self.shards[(op.name, s.name)]
+                payload = s.mode in (Mode.PAY, Mode.COMP)
+                matched = payload and backward or (
+                    s.direction is (Direction.BACKWARD if backward else Direction.FORWARD))
+                est[(kind, s)] = c.stored_cost(
+                    matched, payload, not backward, n_in, len(rows),
+                    sum(r["pairs"] or 0 for r in rows), sum(r["out_cells"] or 0 for r in rows),
+                    sum(r["in_cells"] or 0 for r in rows))
+                if s.mode is Mode.COMP:
+                    est[(kind, s)] += c.map_cost(in_size, out_size)
+            else:
+                tiles, cells = self._tiles(op, i, backward, f)
+                est[(kind, s)] = c.reexec_cost(
+                    self._stats(op.name).get("runtime_nolineage_s"), out_size, cells,
+                    len(tiles), self._use_spark(cells, len(tiles)))
+        if method != "auto":
+            forced = [(k, s) for k, s in options if k == method]
+            if forced:
+                return min(forced, key=lambda o: est[o]), {("reexec", None): est.get(
+                    ("reexec", None))}
+        best = min(options, key=lambda o: est[o])
+        return best, {("reexec", None): est.get(("reexec", None))}
+
+    # -- stored lineage --------------------------------------------------------------------
+    def _reader(self, row: dict[str, Any]) -> Any:
+        from encoders.lookup import open_shard
+
+        key = row["path"]
+        if key not in self._readers:
+            self._readers[key] = open_shard(self.run.home / key)
+        return self._readers[key]
+
+    def _stored(self, op: Any, i: int, backward: bool, f: np.ndarray, s: Strategy,
+                deadline: float | None) -> np.ndarray | None:
+        """Answer from stored lineage; None if ``deadline`` passed (switch to reexec)."""
+        from encoders.lookup import LookupTimeout
+
+        rows = self.shards[(op.name, s.name)]
+        try:
+            if s.mode is Mode.FULL:
+                return self._stored_full(op, i, backward, f, rows, deadline)
+            return self._stored_payload(op, i, backward, f, rows, s.mode is Mode.COMP, deadline)
+        except LookupTimeout:
+            return None
+
+    def _stored_full(self, op: Any, i: int, backward: bool, f: np.ndarray, rows: list[dict],
+                     deadline: float | None) -> np.ndarray:
+        out_shape = op.in_shapes[i] if backward else op.out_shape
+        res = np.zeros(out_shape, dtype=bool)
+        flat = res.reshape(-1)
+        q = np.flatnonzero(f).astype(np.uint64)
+        for row in rows:
+            reader = self._reader(row)
+            if backward and not f[reader.out_box.slices].any():
+                continue  # backward: this shard's output chunk holds no frontier cell
+            got = reader.backward(q, i, deadline) if backward else reader.forward(q, i, deadline)
+            flat[got.astype(np.intp)] = True
+            if flat.all():
+                break  # the frontier is full: nothing left to add
+        return res
+
+    def _payload_pairs(self, rows: list[dict], q: np.ndarray | None, f: np.ndarray | None,
+                       deadline: float | None) -> PairBatch | None:
+        batches = []
+        for row in rows:
+            reader = self._reader(row)
+            if f is not None and not f[reader.out_box.slices].any():
+                continue
+            b = reader.payload_pairs(q, deadline)
+            if b is not None and len(b):
+                batches.append(b)
+        return PairBatch.concat(batches)
+
+    def _stored_payload(self, op: Any, i: int, backward: bool, f: np.ndarray, rows: list[dict],
+                        composite: bool, deadline: float | None) -> np.ndarray:
+        in_shape, out_shape = op.in_shapes[i], op.out_shape
+        if backward:
+            q = np.flatnonzero(f).astype(np.uint64)
+            pairs = self._payload_pairs(rows, q, f, deadline)
+            res = np.zeros(in_shape, dtype=bool)
+            covered = np.zeros(out_shape, dtype=bool)
+            for payload, outs in group_by_payload(pairs):
+                covered.reshape(-1)[outs.astype(np.intp)] = True
+                got = as_linear(op.map_p(to_coords(outs, out_shape), payload, i), in_shape)
+                res.reshape(-1)[got.astype(np.intp)] = True
+            if composite:
+                rest = f & ~covered
+                if rest.any():
+                    res |= np.asarray(op.map_b(rest, i), dtype=bool)
+            return res
+        # forward: payloads cannot be keyed by input cells; scan them all (paper V-A3)
+        pairs = self._payload_pairs(rows, None, None, deadline)
+        res = np.zeros(out_shape, dtype=bool)
+        covered = np.zeros(out_shape, dtype=bool)
+        for payload, outs in group_by_payload(pairs):
+            covered.reshape(-1)[outs.astype(np.intp)] = True
+            hits = np.asarray(op.map_p_hits(to_coords(outs, out_shape), payload, i, f), bool)
+            res.reshape(-1)[outs[hits].astype(np.intp)] = True
+        if composite:
+            res |= np.asarray(op.map_f(f, i), dtype=bool) & ~covered
+        return res
+
+    # -- re-execution ----------------------------------------------------------------------
+    def _tile_shape(self, chunk: Sequence[int]) -> tuple[int, ...]:
+        tile = list(chunk)
+        while int(np.prod(tile)) > self.tile_cells:
+            ax = int(np.argmax(tile))
+            if tile[ax] == 1:
+                break
+            tile[ax] = (tile[ax] + 1) // 2
+        return tuple(tile)
+
+    def _tiles(self, op: Any, i: int, backward: bool, f: np.ndarray
+               ) -> tuple[list[Box], int]:
+        """Output tiles to re-execute and how many output cells they hold."""
+        from subzero.chunking import chunk_grid
+
+        if op.parallelism.kind == "global":
+            return [Box.full(op.out_shape)], int(np.prod(op.out_shape))
+        chunk = self.run.chunks(op.name)
+        tiles = []
+        for _, box in chunk_grid(op.out_shape, self._tile_shape(chunk)):
+            if backward:
+                hit = f[box.slices].any()
+            else:
+                hit = f[op.input_box(box, i).slices].any()
+            if hit:
+                tiles.append(box)
+        if len(tiles) > 64:  # many tiles: fewer, larger tasks (the run's own chunks)
+            coarse = []
+            for _, box in chunk_grid(op.out_shape, chunk):
+                sub = f[box.slices] if backward else f[op.input_box(box, i).slices]
+                if sub.any():
+                    coarse.append(box)
+            tiles = coarse
+        return tiles, int(sum(b.size for b in tiles))
+
+    def _use_spark(self, cells: int, tasks: int) -> bool:
+        if self.where == "driver":
+            return False
+        if self.where == "spark":
+            return True
+        from subzero.spark import active_session
+
+        return active_session() is not None and tasks > 1 and cells > (1 << 18)
+
+    def _reexec(self, op: Any, i: int, backward: bool, f: np.ndarray) -> np.ndarray:
+        tiles, cells = self._tiles(op, i, backward, f)
+        out_shape = op.in_shapes[i] if backward else op.out_shape
+        res = np.zeros(out_shape, dtype=bool)
+        if not tiles:
+            return res
+        join = _join_backward if backward else _join_forward
+        reduce = partial(join, i=i, packed=np.packbits(f.reshape(-1)), shape=f.shape)
+        where = "spark" if self._use_spark(cells, len(tiles)) else "driver"
+        results = reexecute(self.run, op.name, boxes=tiles, reduce=reduce, where=where)
+        flat = res.reshape(-1)
+        for r in results:
+            flat[np.asarray(r["result"], dtype=np.intp)] = True
+        return res
+
+
+def parse_path(text: str) -> list[tuple[str, int]]:
+    """CLI form ``op:idx,op:idx,...`` (``op`` alone means input 0)."""
+    out = []
+    for part in [p.strip() for p in text.split(",") if p.strip()]:
+        name, _, idx = part.partition(":")
+        try:
+            out.append((name.strip(), int(idx) if idx.strip() else 0))
+        except ValueError:
+            raise QueryError(f"bad path step {part!r}; expected operator:input_index") from None
+    if not out:
+        raise QueryError(f"bad path {text!r}; expected op:idx,op:idx,...")
+    return out
+
+
+def parse_cells_text(text: str, shape: Sequence[int]) -> np.ndarray:
+    """CLI form ``"r,c;r,c"`` -> ``(n, ndim)`` coordinates."""
+    rows = []
+    for part in [p.strip() for p in text.split(";") if p.strip()]:
+        try:
+            rows.append([int(v) for v in part.split(",")])
+        except ValueError:
+            raise CellError(f"bad cell {part!r}; expected integers like 'r,c'") from None
+    if not rows:
+        raise CellError(f"no cells in {text!r}; expected 'r,c;r,c'")
+    if any(len(r) != len(shape) for r in rows):
+        bad = next(r for r in rows if len(r) != len(shape))
+        raise CellError(f"cell {tuple(bad)} has {len(bad)} coordinates; the array "
+                        f"{tuple(shape)} has {len(shape)} axes")
+    return np.asarray(rows, dtype=np.int64)

@@ -1,0 +1,99 @@
+"""``subzero query``: lineage queries from the command line."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from subzero.errors import QueryError
+
+
+def _cells(args: argparse.Namespace, shape: tuple[int, ...]) -> Any:
+    from subzero.cells import Box
+    from subzero.query import parse_cells_text
+
+    given = [x for x in (args.cells, args.cells_file, args.box) if x]
+    if len(given) != 1:
+        raise QueryError("give exactly one of --cells, --cells-file or --box")
+    if args.cells:
+        return parse_cells_text(args.cells, shape)
+    if args.box:
+        return Box.parse(args.box, shape)
+    p = Path(args.cells_file)
+    if not p.exists():
+        raise QueryError(f"--cells-file {p}: no such file")
+    try:
+        return np.load(p, allow_pickle=False)
+    except ValueError as e:
+        raise QueryError(f"--cells-file {p}: not a .npy array ({e})") from None
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    from subzero.api import Run
+    from subzero.cli import emit_json
+    from subzero.executor import load_run
+    from subzero.query import parse_path
+
+    run = Run(load_run(args.home, args.run))
+    if args.named:
+        if any(x is not None for x in (args.direction, args.from_, args.to, args.path,
+                                       args.cells, args.cells_file, args.box)):
+            raise QueryError("--named takes no direction, --from, --to, --path or cells")
+        res = run.named_query(args.named, args.method)
+    else:
+        if args.direction not in ("backward", "forward"):
+            raise QueryError("give a direction (backward or forward), or --named NAME")
+        if args.from_ is None:
+            raise QueryError("--from NAME is required: the array holding the query cells")
+        if (args.to is None) == (args.path is None):
+            raise QueryError("give exactly one of --to NAME or --path op:idx,...")
+        qx = run.query_executor()
+        qx._check_array(args.from_)
+        cells = _cells(args, run.workflow.array_shape(args.from_))
+        path = parse_path(args.path) if args.path else None
+        res = qx.query(args.direction, cells, args.from_, path, args.to, args.method)
+    if args.out:
+        np.save(args.out, res.mask)
+    if args.png:
+        from subzero.render import render_mask
+
+        render_mask(run.array(res.array), res.mask, args.png,
+                    f"run {run.id}: {res.direction} lineage in {res.array} "
+                    f"({res.count} cells)")
+    if args.json:
+        emit_json(res.to_json())
+        return 0
+    from subzero.cli import table
+
+    print(table([(s.operator, s.input, s.method, s.in_count, s.out_count,
+                  f"{s.elapsed_s * 1000:.2f}") for s in res.steps],
+                ("operator", "input", "method", "in_cells", "out_cells", "ms")))
+    print(f"\n{res.direction} lineage of {res.start} in {res.array} {tuple(res.shape)}: "
+          f"{res.count} cells, {res.elapsed_s * 1000:.1f} ms")
+    if 0 < res.count <= 20:
+        print("cells:", "; ".join(",".join(str(v) for v in c) for c in res.coords.tolist()))
+    for what, p in (("mask", args.out), ("picture", args.png)):
+        if p:
+            print(f"{what} written to {p}")
+    return 0
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    s = sub.add_parser("query", parents=[common], help="trace lineage backward or forward")
+    s.add_argument("run", help="run id, or 'latest'")
+    s.add_argument("direction", nargs="?", choices=("backward", "forward"))
+    s.add_argument("--from", dest="from_", metavar="NAME", help="array holding the query cells")
+    s.add_argument("--cells", help="cells as 'r,c;r,c'")
+    s.add_argument("--cells-file", help=".npy of (n, ndim) coordinates or a bool mask")
+    s.add_argument("--box", help="a box of cells 'r0:r1,c0:c1' (half-open)")
+    s.add_argument("--to", help="target array: union of every path to it")
+    s.add_argument("--path", help="explicit path 'op:idx,op:idx,...'")
+    s.add_argument("--named", help="a named query of the workflow (e.g. BQ3)")
+    s.add_argument("--method", default="auto", choices=("auto", "map", "stored", "reexec"),
+                   help="preferred access method per step (default: cheapest)")
+    s.add_argument("--out", help="write the result mask as .npy")
+    s.add_argument("--png", help="draw the result over the target array")
+    s.set_defaults(func=cmd_query)

@@ -1,0 +1,245 @@
+"""Lineage queries: every method gives the same cells; properties; soundness; errors."""
+
+import json
+
+import numpy as np
+import pytest
+
+from subzero.api import Run
+from subzero.cells import Box, frontier
+from subzero.chunking import Chunking
+from subzero.errors import CellError, QueryError
+from subzero.executor import load_run, run_workflow
+from subzero.query import QueryExecutor
+from subzero.testing import assert_sound_by_perturbation
+from tests.query_udfs import flare_workflow
+from workflows import example
+
+pytestmark = pytest.mark.spark
+SHAPE = (40, 31)
+
+
+@pytest.fixture(scope="module")
+def homes(spark, tmp_path_factory):
+    """Runs of the example and the flare workflow under several strategies."""
+    home = tmp_path_factory.mktemp("qhome")
+    runs = {}
+    for strategy in ("subzero", "blackbox"):
+        r = run_workflow(example.build(shape=SHAPE, seed=5), home, strategy=strategy,
+                         chunking=Chunking(split=3), spark=spark)
+        runs[("example", strategy)] = r.run
+    for strategy in ("subzero", "blackbox"):
+        r = run_workflow(flare_workflow(), home, strategy=strategy,
+                         chunking=Chunking(split=2), spark=spark)
+        runs[("flares", strategy)] = r.run
+    return home, runs
+
+
+def qx(homes, wf, strategy, **kw):
+    home, runs = homes
+    return QueryExecutor(load_run(home, runs[(wf, strategy)]), **kw)
+
+
+EXAMPLE_QUERIES = [
+    ("backward", "bright", [(3, 4), (39, 30)], dict(path=[("bright", 0), ("residual", 0),
+                                                          ("smooth", 0), ("calibrate", 0)])),
+    ("backward", "bright", Box((10, 10), (13, 12)), dict(to="image")),
+    ("backward", "smooth", [(0, 0)], dict(to="image")),
+    ("forward", "image", [(5, 5)], dict(to="bright")),
+    ("forward", "image", [(20, 7), (0, 30)], dict(path=[("calibrate", 0), ("smooth", 0)])),
+    ("forward", "threshold", [(0, 0)], dict(to="bright")),
+]
+
+
+@pytest.mark.parametrize("direction, start, cells, how", EXAMPLE_QUERIES)
+def test_example_map_and_reexec_agree(homes, direction, start, cells, how):
+    a = qx(homes, "example", "subzero")
+    b = qx(homes, "example", "blackbox")
+    r_map = a.query(direction, cells, start, how.get("path"), how.get("to"))
+    r_re = b.query(direction, cells, start, how.get("path"), how.get("to"))
+    r_re2 = a.query(direction, cells, start, how.get("path"), how.get("to"), method="reexec")
+    assert r_map.count > 0
+    assert np.array_equal(r_map.mask, r_re.mask)
+    assert np.array_equal(r_map.mask, r_re2.mask)
+    used = {s.method for s in r_re.steps}
+    assert "map" not in used and used & {"reexec", "entire-array"}
+    assert {s.method for s in r_map.steps} <= {"map", "entire-array", "empty"}
+
+
+def test_path_result_is_the_3x3_neighbourhood(homes):
+    q = qx(homes, "example", "subzero")
+    r = q.backward([(10, 10)], "bright", path=[("bright", 0), ("residual", 0), ("smooth", 0),
+                                                ("calibrate", 0)])
+    assert r.array == "image" and r.shape == SHAPE
+    assert r.coords.tolist() == [[i, j] for i in (9, 10, 11) for j in (9, 10, 11)]
+    assert [s.method for s in r.steps] == ["map"] * 4
+    assert r.to_json()["cells"][0] == [9, 9]
+
+
+def test_entire_array_optimization_and_full_frontier(homes):
+    q = qx(homes, "example", "subzero")
+    r = q.backward([(0, 0)], "bright", to="image")  # through the global mean: everything
+    assert r.count == SHAPE[0] * SHAPE[1]
+    assert "entire-array" in {s.method for s in r.steps}
+    full = np.ones(SHAPE, bool)
+    r = q.backward(full, "background", path=[("background", 0)])
+    assert r.mask.all() and r.steps[0].method == "entire-array"
+
+
+FLARE_QUERIES = [
+    ("backward", "flare", None, dict(path=[("flare", 0), ("lin", 0)])),
+    ("backward", "resid", [(4, 4), (20, 20)], dict(path=[("resid", 0), ("blur", 0), ("flare", 0)])),
+    ("forward", "lin", None, dict(path=[("flare", 0)])),
+    ("forward", "sky", [(0, 0), (29, 23), (15, 12)], dict(to="blur")),
+]
+
+
+def _flared_cells(homes):
+    home, runs = homes
+    run = Run(load_run(home, runs[("flares", "subzero")]))
+    lin = run.array("lin")
+    return np.argwhere(lin > 3.0)
+
+
+@pytest.mark.parametrize("direction, start, cells, how", FLARE_QUERIES)
+def test_composite_udf_map_comp_and_reexec_agree(homes, direction, start, cells, how):
+    if cells is None:  # include flared pixels and plain ones
+        flared = _flared_cells(homes)
+        cells = np.concatenate([flared[:3], [[1, 1], [2, 20]]])
+    a = qx(homes, "flares", "subzero")  # flare: comp-one-bwd
+    b = qx(homes, "flares", "blackbox")
+    r1 = a.query(direction, cells, start, how.get("path"), how.get("to"))
+    r2 = b.query(direction, cells, start, how.get("path"), how.get("to"))
+    r3 = a.query(direction, cells, start, how.get("path"), how.get("to"), method="reexec")
+    assert np.array_equal(r1.mask, r2.mask) and np.array_equal(r1.mask, r3.mask)
+    if any(s.operator == "flare" for s in r1.steps):
+        assert any(s.method.startswith("stored:comp") for s in r1.steps if s.operator == "flare")
+
+
+def test_forward_of_backward_contains_the_cells(homes):
+    rng = np.random.default_rng(0)
+    for wf, strategy in (("example", "subzero"), ("flares", "subzero")):
+        q = qx(homes, wf, strategy)
+        run = q.run
+        for op_name in run.workflow.order:
+            op = run.op(op_name)
+            for i in range(len(op.in_shapes)):
+                n = int(np.prod(op.out_shape))
+                c = frontier(op.out_shape, rng.choice(n, size=min(5, n), replace=False)
+                             .astype(np.uint64))
+                back, _ = q.step(op_name, i, "backward", c)
+                if not back.any():
+                    continue
+                fwd, _ = q.step(op_name, i, "forward", back)
+                assert (fwd | ~c).all(), f"{op_name}:{i}"
+
+
+def test_backward_of_full_frontier_through_all_to_all_is_full_input(homes):
+    q = qx(homes, "example", "blackbox")
+    op = q.run.op("background")
+    assert op.all_to_all(0)
+    res, step = q.step("background", 0, "backward", np.ones(SHAPE, bool))
+    assert res.all() and step.method == "entire-array"
+
+
+@pytest.mark.parametrize("wf, strategy", [("example", "subzero"), ("example", "blackbox"),
+                                          ("flares", "subzero"), ("flares", "blackbox")])
+def test_each_operator_is_sound_by_perturbation(homes, wf, strategy):
+    """Change every input cell outside the reported backward lineage of C, re-run the
+    operator: its outputs at C do not change."""
+    q = qx(homes, wf, strategy)
+    run = q.run
+    rng = np.random.default_rng(1)
+    inputs_of = {n: [Run(run).array(s) for s in run.workflow.nodes[n].inputs]
+                 for n in run.workflow.order}
+    for op_name in run.workflow.order:
+        op = run.op(op_name)
+        n = int(np.prod(op.out_shape))
+        picks = [rng.choice(n, size=min(4, n), replace=False).astype(np.uint64)]
+        if op_name == "flare":
+            flared = np.ravel_multi_index(tuple(_flared_cells(homes)[:2].T), op.out_shape)
+            picks.append(flared.astype(np.uint64))
+        for cells in picks:
+            def backward(f, i, _op=op_name):
+                return q.step(_op, i, "backward", f)[0]
+
+            assert_sound_by_perturbation(op, inputs_of[op_name], cells, backward=backward,
+                                         trials=2, split=2)
+
+
+@pytest.mark.parametrize("kw, err, msg", [
+    (dict(path=[("bright", 0), ("smooth", 0)]), QueryError, "impossible path at step 2"),
+    (dict(path=[("nope", 0)]), QueryError, "operator 'nope' is not in run"),
+    (dict(path=[("bright", 4)]), QueryError, "has 2 input\\(s\\); input index 4"),
+    (dict(path=[("smooth", 0)]), QueryError, "path starts at 'smooth', cells are in 'bright'"),
+    (dict(to="threshold", cells=[(99, 0)]), CellError, "outside the array shape"),
+    (dict(to="nowhere"), QueryError, "has no array 'nowhere'"),
+    (dict(path=[("bright", 0)], to="image"), QueryError, "either a path or a target"),
+])
+def test_query_errors(homes, kw, err, msg):
+    q = qx(homes, "example", "subzero")
+    cells = kw.pop("cells", [(1, 1)])
+    with pytest.raises(err, match=msg):
+        q.backward(cells, "bright", kw.get("path"), kw.get("to"))
+
+
+def test_no_path_between_arrays(homes):
+    q = qx(homes, "example", "subzero")
+    with pytest.raises(QueryError, match="no path from 'smooth' back to 'threshold'"):
+        q.backward([(1, 1)], "smooth", to="threshold")
+    with pytest.raises(QueryError, match="no path from 'bright' forward to 'image'"):
+        q.forward([(1, 1)], "bright", to="image")
+
+
+def test_queries_are_logged(homes):
+    home, runs = homes
+    q = qx(homes, "example", "subzero")
+    from subzero.catalog import Catalog
+
+    before = len(Catalog(home / "catalog.sqlite").query_log(q.run.id))
+    q.forward([(2, 2)], "image", to="bright")
+    log = Catalog(home / "catalog.sqlite").query_log(q.run.id)
+    assert len(log) == before + 1
+    entry = log[-1]
+    assert entry["direction"] == "forward" and entry["start"] == "image"
+    assert entry["target"] == "bright" and entry["in_count"] == 1 and entry["out_count"] > 0
+    assert ["calibrate", 0] in entry["path"]
+
+
+def test_reexecution_touches_only_needed_tiles(homes):
+    q = qx(homes, "example", "blackbox", tile_cells=64)
+    op = q.run.op("smooth")
+    f = frontier(SHAPE, [(0, 0)])
+    tiles, cells = q._tiles(op, 0, True, f)
+    assert len(tiles) == 1 and cells <= 64
+    tiles_all, _ = q._tiles(op, 0, True, np.ones(SHAPE, bool))
+    assert len(tiles_all) > 10
+
+
+def test_cli_query_json_png_and_out(homes, tmp_path, capsys):
+    from subzero.cli import main
+
+    home, runs = homes
+    rid = runs[("example", "subzero")]
+    png, out = tmp_path / "q.png", tmp_path / "m.npy"
+    assert main(["query", rid, "backward", "--from", "bright", "--cells", "3,4;5,6",
+                 "--path", "bright:0,residual:0,smooth:0,calibrate:0", "--home", str(home),
+                 "--json", "--png", str(png), "--out", str(out)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc) == {"run", "direction", "array", "shape", "count", "elapsed_s", "steps",
+                        "cells"}
+    assert doc["array"] == "image" and doc["count"] == 17 and len(doc["cells"]) == 17
+    assert set(doc["steps"][0]) >= {"operator", "method", "in_count", "out_count", "elapsed_s"}
+    assert png.stat().st_size > 1000 and np.load(out).sum() == 17
+    assert main(["query", rid, "forward", "--from", "image", "--box", "0:2,0:2", "--to",
+                 "bright", "--home", str(home)]) == 0
+    assert "forward lineage of image in bright" in capsys.readouterr().out
+    for args, msg in ([["backward", "--from", "bright", "--cells", "1,1"], "exactly one of --to"],
+                      [["backward", "--from", "bright", "--cells", "1,x", "--to", "image"],
+                       "bad cell '1,x'"],
+                      [["sideways"], "invalid choice"],
+                      [["backward", "--from", "bright", "--box", "0:99,0:1", "--to", "image"],
+                       "outside 0:40"]):
+        assert main(["query", rid, *args, "--home", str(home)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and msg in err[0], err
