@@ -38,7 +38,7 @@ class Home:
     def run(self, workflow: str | Workflow, strategy: str | None = "subzero",
             plan: Mapping[str, Sequence[str]] | None = None,
             inputs: Mapping[str, str] | None = None, chunks: Any = None, split: Any = None,
-            master: str | None = None, **params: Any) -> "Run":
+            master: str | None = None, max_disk: int | None = None, **params: Any) -> "Run":
         """Run a workflow (a name from ``subzero workflows``, or a :class:`Workflow`)."""
         if isinstance(workflow, str):
             import workflows
@@ -48,7 +48,7 @@ class Home:
             raise SubZeroError("workflow parameters apply to workflows given by name")
         chunking = Chunking(split=split, chunks=chunks) if (chunks or split) else Chunking()
         res = run_workflow(workflow, self.path, inputs=inputs, strategy=strategy, plan=plan,
-                           chunking=chunking, master=master)
+                           chunking=chunking, master=master, max_disk=max_disk)
         out = self.get(res.run)
         out.result = res
         return out

@@ -50,7 +50,7 @@ CREATE TABLE IF NOT EXISTS op_stats (
     run TEXT NOT NULL, op TEXT NOT NULL, status TEXT NOT NULL,
     runtime_s REAL, runtime_nolineage_s REAL, task_s REAL, compute_s REAL, io_s REAL,
     capture_s REAL, store_s REAL, tasks INTEGER,
-    pairs INTEGER, out_cells INTEGER, in_cells INTEGER, lineage_bytes INTEGER,
+    pairs INTEGER, out_cells INTEGER, in_cells INTEGER, lineage_bytes INTEGER, note TEXT,
     PRIMARY KEY (run, op)
 );
 CREATE TABLE IF NOT EXISTS shards (

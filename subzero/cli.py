@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from subzero.errors import SubZeroError
+from subzero.sizes import human_bytes, parse_size
 
 EXIT_USAGE = 2
 
@@ -25,17 +26,6 @@ class CliError(SubZeroError):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage too)
         raise CliError(f"{self.prog}: {message}")
-
-
-def human_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    n = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1024 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TB"
 
 
 def table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
@@ -100,7 +90,9 @@ def _build_workflow(args: argparse.Namespace) -> Any:
     return workflows.build(args.workflow, inputs=inputs, **params), inputs
 
 
-def _load_plan_file(path: str) -> dict[str, list[str]]:
+def _load_plan_file(path: str) -> tuple[dict[str, list[str]], int | None]:
+    """A plan file: ``{"plan": {OP: [STRATEGY, ...]}, "max_disk": BYTES, ...}`` (the
+    optimizer's output) or a bare ``{OP: [STRATEGY, ...]}``."""
     try:
         with open(path) as f:
             doc = json.load(f)
@@ -113,7 +105,8 @@ def _load_plan_file(path: str) -> dict[str, list[str]]:
         isinstance(v, list) and all(isinstance(s, str) for s in v) for v in plan.values()
     ):
         raise CliError(f"--plan {path}: expected {{\"plan\": {{\"OP\": [\"STRATEGY\", ...]}}}}")
-    return plan
+    budget = doc.get("max_disk") if isinstance(doc, dict) and "plan" in doc else None
+    return plan, (parse_size(budget, "max_disk in the plan") if budget is not None else None)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -121,16 +114,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     from subzero.executor import run_workflow
 
     wf, inputs = _build_workflow(args)
-    plan = _load_plan_file(args.plan) if args.plan else None
+    plan, plan_budget = _load_plan_file(args.plan) if args.plan else (None, None)
     strategy = args.strategy
     if strategy == "optimized" and plan is None:
         from subzero import api
 
         plan = api.optimized_plan(wf, args.home)
+    max_disk = parse_size(args.max_disk, "--max-disk") if args.max_disk else plan_budget
     res = run_workflow(
         wf, home=args.home, inputs=inputs, strategy=strategy, plan=plan,
         chunking=Chunking.parse(args.chunks), master=args.master,
-        progress=not args.json and sys.stderr.isatty(),
+        progress=not args.json and sys.stderr.isatty(), max_disk=max_disk,
     )
     if args.json:
         emit_json(res.to_json())
@@ -254,6 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="lineage strategy: subzero, blackbox, blackbox-opt, full-one, "
                    "full-many, ... or optimized (default subzero)")
     s.add_argument("--plan", help="apply a plan file written by 'subzero optimize'")
+    s.add_argument("--max-disk", help="lineage disk budget, e.g. 100MB: an operator whose "
+                   "lineage would exceed it stores none (black box for this run)")
     s.add_argument("--param", action="append", metavar="NAME=VALUE",
                    help="workflow parameter, e.g. shape=400x200 (repeatable)")
     s.add_argument("--scale", type=int, default=None, help="genomics: patient replication")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 import sys
 import time
 import traceback
@@ -31,7 +32,7 @@ from subzero.catalog import Catalog
 from subzero.cells import Box
 from subzero.chunking import Chunking, chunk_grid, chunk_key
 from subzero.errors import StoreError, SubZeroError, WorkflowError
-from subzero.modes import Mode, Strategy, capture_modes
+from subzero.modes import BLACKBOX, Mode, Strategy, capture_modes
 from subzero.runtime import ChunkContext, PairBatch, ShardSpec, TaskContext, make_sink
 from subzero.workflow import Workflow
 
@@ -306,12 +307,20 @@ def run_workflow(
     spark: Any = None,
     progress: bool = False,
     on_plan: Callable[[dict[str, list[Strategy]]], None] | None = None,
+    max_disk: int | None = None,
 ) -> RunResult:
     """Execute ``wf`` on Spark and record everything in the home's catalog.
 
     ``strategy`` names a workflow-level strategy (``subzero``, ``blackbox``...); ``plan``
     (``{op: [strategy names]}``) overrides it. Returns a :class:`RunResult`; the run's status
     in the catalog is ``complete`` only once every operator has finished.
+
+    ``max_disk`` (bytes) is a lineage budget the run enforces on real bytes: after each
+    operator's stage, if its shards would take the run's lineage over the budget, they are
+    deleted before the next stage starts and the operator keeps only its non-stored
+    strategies (map where it had it, else black box) for this run; the catalog says so and
+    queries re-execute it. The stored total at rest never exceeds the budget (while one
+    stage runs, its shards may briefly take up to one operator's lineage more).
     """
     from subzero.spark import get_spark, resolve_master
 
@@ -383,8 +392,18 @@ def run_workflow(
                  "attempt": s.get("attempt", 0)}
                 for s in shards if s.get("path")
             ]
-            cat.add_shards(rid, shard_rows)
             lin_bytes = int(sum(r["data_bytes"] + r["index_bytes"] for r in shard_rows))
+            note = None
+            if max_disk is not None and shard_rows and total_lineage + lin_bytes > max_disk:
+                dropped = [s.name for s in strategies if s.stored]
+                for sname in dropped:
+                    shutil.rmtree(store.lineage_dir(home, rid) / name / sname, ignore_errors=True)
+                strategies = [s for s in strategies if not s.stored] or [BLACKBOX]
+                cat.set_operator_strategies(rid, name, [s.name for s in strategies])
+                note = (f"over the disk budget: {lin_bytes} more bytes would exceed "
+                        f"{max_disk}; stored nothing ({', '.join(dropped)} dropped)")
+                shard_rows, lin_bytes = [], 0
+            cat.add_shards(rid, shard_rows)
             total_lineage += lin_bytes
             task_s = _sum(results, "task_s")
             lineage_task_s = _sum(results, "capture_s") + _sum(results, "store_s")
@@ -397,7 +416,7 @@ def run_workflow(
                 capture_s=_sum(results, "capture_s"), store_s=_sum(results, "store_s"),
                 tasks=len(results), pairs=int(_sum(results, "pairs")),
                 out_cells=int(_sum(results, "out_cells")), in_cells=int(_sum(results, "in_cells")),
-                lineage_bytes=lin_bytes,
+                lineage_bytes=lin_bytes, note=note,
             )
             nbytes = store.logical_bytes(op.out_shape, op.out_dtype)
             cat.add_array(rid, name, op.out_shape, str(op.out_dtype), out_chunks, name, nbytes,
@@ -405,11 +424,14 @@ def run_workflow(
             ops_json.append({
                 "name": name, "runtime_s": wall, "lineage_s": wall - base,
                 "lineage_bytes": lin_bytes, "strategies": [s.name for s in strategies],
+                **({"note": note} if note else {}),
             })
             if bar is not None:
                 bar.set_description(name)
                 bar.update(1)
         runtime = time.perf_counter() - t_start
+        if max_disk is not None:
+            cat.set_statistics(rid, "*", "*", {"max_disk": float(max_disk)})
         cat.finish_run(rid, "complete", runtime_s=runtime, input_bytes=input_bytes,
                        lineage_bytes=total_lineage,
                        array_bytes=sum(store.stored_bytes(p) for p in paths.values()))
