@@ -338,7 +338,8 @@ def dilate(mask: np.ndarray, radius: int | Sequence[int], wrap: bool = False) ->
 
 @dataclass(frozen=True)
 class Ragged:
-    """A batch of variable-length sets in CSR form: row ``k`` is ``values[offsets[k]:offsets[k+1]]``.
+    """A batch of variable-length sets in CSR form: row ``k`` is
+    ``values[offsets[k]:offsets[k+1]]``.
 
     SubZero uses it for batches of region pairs: the output cells of each pair, the input
     cells of each pair for one input, or payload bytes.

@@ -32,12 +32,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from subzero.catalog import Catalog
-from subzero.cells import Box, Ragged, as_linear, frontier as make_frontier, mask_from_linear, to_coords
+from subzero.cells import Box, as_linear, to_coords
+from subzero.cells import frontier as make_frontier
 from subzero.errors import CellError, QueryError
 from subzero.executor import LoadedRun, reexecute
 from subzero.modes import Direction, Mode, Strategy

@@ -84,7 +84,8 @@ def get_spark(master: str | None = None, log_dir: str | os.PathLike | None = Non
         log_dir = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "subzero-logs"
         log_dir.mkdir(parents=True, exist_ok=True)
         log4j = Path(__file__).with_name("log4j2.properties")
-        java_opts = f"-Dlog4j.configurationFile=file:{log4j} -Dlog4j2.configurationFile=file:{log4j}"
+        java_opts = (f"-Dlog4j.configurationFile=file:{log4j} "
+                     f"-Dlog4j2.configurationFile=file:{log4j}")
         conf = (
             SparkConf()
             .setMaster(want)

@@ -82,7 +82,8 @@ def create_array(path: Path, shape: Sequence[int], dtype: Any, chunks: Sequence[
             fill_value=fill, overwrite=False,
         )
     except zarr.errors.ContainsArrayError:
-        raise StoreError(f"array {path.name[:-5]!r} already exists at {path} (no overwrite)") from None
+        raise StoreError(
+            f"array {path.name[:-5]!r} already exists at {path} (no overwrite)") from None
 
 
 def open_array(path: Path, mode: str = "r") -> Any:

@@ -23,7 +23,7 @@ and checks each against the modes the operator supports.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -154,7 +154,8 @@ class Workflow:
                         f"(known: {', '.join(sorted(known))})"
                     )
         # Kahn's algorithm, keeping declaration order among ready operators
-        indeg = {n: sum(1 for s in node.inputs if s in self.nodes) for n, node in self.nodes.items()}
+        indeg = {n: sum(1 for s in node.inputs if s in self.nodes)
+                 for n, node in self.nodes.items()}
         users: dict[str, list[str]] = {n: [] for n in self.nodes}
         for n, node in self.nodes.items():
             for s in node.inputs:
