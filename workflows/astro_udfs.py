@@ -1,0 +1,774 @@
+"""The four UDFs of the astronomy workflow (WORKFLOWS.md, "Astronomy"; paper Figure 1 A-D).
+
+- ``cr1``, ``cr2``: :class:`CosmicRayDetect`, the bool cosmic-ray mask of one
+  background-subtracted exposure (one pass of L.A.Cosmic);
+- ``rmcr``: :class:`CosmicRayRemove`, flagged pixels of the summed image replaced by the
+  median of their unflagged 5x5 neighbours;
+- ``clust``: :class:`StarDetect`, star labels: 8-connected components above a threshold.
+
+:func:`astronomy_udfs` builds the four with the parameters the workflow uses. Each class is
+a :class:`operators.base.UDF` with a pure numpy kernel (:func:`detect_cosmic_rays`,
+:func:`remove_cosmic_rays`, :func:`label_stars`) and *honest* lineage: for every output
+cell ``c`` and every mode the UDF supports, changing any input cells outside the reported
+backward lineage of ``c`` leaves the output at ``c`` unchanged (the tests check this by
+perturbation). Where WORKFLOWS.md's simplified lineage fails that test, the class docstring
+says how and what it does instead.
+
+All three use the *composite* shape the paper describes: the default mapping (``map_b`` /
+``map_f``) is the identity, and only the few interesting pixels (cosmic-ray candidates,
+flagged pixels, stars) store a small payload.
+
+Examples
+--------
+>>> import numpy as np
+>>> from subzero.testing import bind, run_chunked
+>>> x = np.zeros((20, 20)); x[5, 5] = 5000.0            # one sharp hit on a flat sky
+>>> op = bind(CosmicRayDetect(), x)
+>>> mask, _, pays = run_chunked(op, [x], split=2, modes=(Mode.COMP,))
+>>> np.argwhere(mask).tolist(), len(pays), pays.payload_bytes(0)
+([[5, 5]], 1, b'\\x06')
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+from scipy import ndimage
+
+from operators.base import GLOBAL, UDF, Parallelism, box_neighbours, stencil
+from subzero.cells import Ragged, dilate, to_coords
+from subzero.errors import CellError, ShapeError, WorkflowError
+from subzero.modes import Mode
+from subzero.runtime import TaskContext
+
+Shape = tuple[int, ...]
+
+#: Backward radius of a cosmic-ray candidate's output (see :class:`CosmicRayDetect`).
+CR_RADIUS = 6
+#: Half-width of the cosmic-ray removal window (5 x 5).
+RMCR_RADIUS = 2
+#: Payload tags of :class:`StarDetect`.
+TAG_IDENTITY = 0
+TAG_STAR = 1
+
+_BATCH = 1 << 17  # window gathers run in batches of this many centres (bounded memory)
+
+
+# ---------------------------------------------------------------------------------------
+# parameter checks
+# ---------------------------------------------------------------------------------------
+
+
+def _parse_positive(name: str, value: Any, allow_zero: bool = False) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise WorkflowError(f"{name} must be a number. Got {value!r} instead.") from None
+    if not np.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
+        want = "non-negative" if allow_zero else "positive"
+        raise WorkflowError(f"{name} must be a finite {want} number. Got {value!r} instead.")
+    return v
+
+
+def _parse_number(name: str, value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise WorkflowError(f"{name} must be a number. Got {value!r} instead.") from None
+
+
+def _check_2d(op: UDF, shapes: Sequence[Shape]) -> Shape:
+    for s in shapes:
+        if len(s) != 2:
+            raise ShapeError(
+                f"operator {op.name!r} ({type(op).__name__}) works on 2-d images; got an input "
+                f"of shape {tuple(s)}")
+    if any(tuple(s) != tuple(shapes[0]) for s in shapes[1:]):
+        raise ShapeError(
+            f"operator {op.name!r} ({type(op).__name__}): input shapes "
+            f"{', '.join(str(tuple(s)) for s in shapes)} must be equal")
+    return tuple(shapes[0])
+
+
+# ---------------------------------------------------------------------------------------
+# window gathers (vectorized over centres; 2-d, C order)
+# ---------------------------------------------------------------------------------------
+
+
+def _mirror(i: np.ndarray, n: int) -> np.ndarray:
+    """Indices reflected into ``0..n-1`` about the edge pixels (scipy's ``mode="mirror"``:
+    -1 -> 1, n -> n - 2). A mirrored index lies within the window's radius of its centre."""
+    if n == 1:
+        return np.zeros_like(i)
+    period = 2 * (n - 1)
+    m = np.abs(i) % period
+    return np.where(m > n - 1, period - m, m)
+
+
+def _offsets(radius: int) -> tuple[np.ndarray, np.ndarray]:
+    r = np.arange(-radius, radius + 1)
+    dy, dx = np.meshgrid(r, r, indexing="ij")
+    return dy.reshape(-1), dx.reshape(-1)
+
+
+def _windows(centres: np.ndarray, shape: Shape, radius: int, boundary: str
+             ) -> tuple[np.ndarray, np.ndarray | None]:
+    """Flat indices of the ``(2r+1)^2`` window around each centre (flat indices), as an
+    ``(n, (2r+1)^2)`` array. ``boundary``: ``"mirror"`` reflects, ``"nearest"`` clamps,
+    ``"valid"`` clamps and also returns a mask of the in-array window cells."""
+    h, w = shape
+    cy, cx = np.divmod(np.asarray(centres, dtype=np.int64), w)
+    dy, dx = _offsets(radius)
+    yy = cy[:, None] + dy[None, :]
+    xx = cx[:, None] + dx[None, :]
+    valid = None
+    if boundary == "mirror":
+        yy, xx = _mirror(yy, h), _mirror(xx, w)
+    else:
+        if boundary == "valid":
+            valid = (yy >= 0) & (yy < h) & (xx >= 0) & (xx < w)
+        yy, xx = np.clip(yy, 0, h - 1), np.clip(xx, 0, w - 1)
+    return yy * w + xx, valid
+
+
+def _window_median(values: np.ndarray, centres: np.ndarray, shape: Shape, radius: int
+                   ) -> np.ndarray:
+    """The median of the mirrored ``(2r+1)^2`` window of ``values`` (flat) at each centre:
+    what ``scipy.ndimage.median_filter(size=2r+1, mode="mirror")`` gives there (an odd
+    count, so an exact selection), computed only where asked."""
+    out = np.empty(len(centres), dtype=values.dtype)
+    mid = (2 * radius + 1) ** 2 // 2
+    for s in range(0, len(centres), _BATCH):
+        win, _ = _windows(centres[s:s + _BATCH], shape, radius, "mirror")
+        out[s:s + _BATCH] = np.partition(values[win], mid, axis=1)[:, mid]
+    return out
+
+
+def _reach(centres: np.ndarray, shape: Shape, radius: int) -> np.ndarray:
+    """Flat indices (sorted, unique) of every cell in the mirrored windows of ``centres``."""
+    need = np.zeros(int(np.prod(shape)), dtype=bool)
+    for s in range(0, len(centres), _BATCH):
+        win, _ = _windows(centres[s:s + _BATCH], shape, radius, "mirror")
+        need[win.reshape(-1)] = True
+    return np.flatnonzero(need)
+
+
+def _laplacian_plus(x: np.ndarray, centres: np.ndarray) -> np.ndarray:
+    """L.A.Cosmic's L+ at the centres: upsample 2x (nearest), convolve with the Laplacian
+    ``[[0,-1,0],[-1,4,-1],[0,-1,0]]`` (reflecting at the border), clip below at 0, average
+    each 2x2 block back. Done without building the upsampled image: a sub-pixel's two
+    in-block neighbours equal its own value ``v``, so its Laplacian is ``2v - a - b`` with
+    ``a``, ``b`` the adjacent pixels across its two outer edges (the pixel itself at the
+    border). Mathematically the same as the literal recipe (the tests compare)."""
+    h, w = x.shape
+    flat = x.reshape(-1)
+    cy, cx = np.divmod(np.asarray(centres, dtype=np.int64), w)
+    v2 = 2.0 * flat[centres]
+    up = flat[np.maximum(cy - 1, 0) * w + cx]
+    down = flat[np.minimum(cy + 1, h - 1) * w + cx]
+    left = flat[cy * w + np.maximum(cx - 1, 0)]
+    right = flat[cy * w + np.minimum(cx + 1, w - 1)]
+    acc = np.maximum(v2 - up - left, 0.0)
+    acc += np.maximum(v2 - up - right, 0.0)
+    acc += np.maximum(v2 - down - left, 0.0)
+    acc += np.maximum(v2 - down - right, 0.0)
+    return acc * 0.25
+
+
+# ---------------------------------------------------------------------------------------
+# kernels (pure: numpy in, numpy out)
+# ---------------------------------------------------------------------------------------
+
+
+def default_gate(gain: float = 2.2, readnoise: float = 10.0, sigclip: float = 5.0,
+                 sky: float = 0.0) -> float:
+    """The candidate threshold (counts above background) :class:`CosmicRayDetect` uses by
+    default: ``sigclip`` times the noise model's sky noise, ``sqrt(gain*sky + rn^2)/gain``.
+
+    >>> round(default_gate(sky=600.0), 2)
+    85.64
+    """
+    return float(sigclip * np.sqrt(gain * sky + readnoise**2) / gain)
+
+
+def detect_cosmic_rays(x: np.ndarray, gain: float = 2.2, readnoise: float = 10.0,
+                       sigclip: float = 5.0, sigfrac: float = 0.3, objlim: float = 5.0,
+                       sky: float = 0.0, gate: float | None = None) -> np.ndarray:
+    """One pass of L.A.Cosmic (van Dokkum 2001) on a background-subtracted image, gated.
+
+    Steps, as in WORKFLOWS.md: ``L+`` (2x upsample, Laplacian, clip at 0, block average);
+    noise ``N = sqrt(gain*(m5 + sky) + readnoise^2)/gain`` with ``m5`` the 5x5 median (floored
+    at 1e-5 counts); significance ``S = L+/(2N)`` minus its 5x5 median, ``S'``; candidates
+    ``S' > sigclip`` whose fine-structure ratio ``S'/F > objlim``, ``F = (m3 - m7(m3))/N``
+    floored at 0.01; grow with a 3x3 box keeping ``S' > sigclip``, grow again keeping
+    ``S' > sigclip*sigfrac``. Medians reflect at the border (``mirror``); nothing is
+    truncated to integers. Finally the mask is ANDed with the *gate* ``x > gate``.
+
+    Only cells within reach of a gated pixel are computed (the filters are evaluated at
+    those centres by gathering windows), so the cost follows the number of bright pixels.
+
+    Parameters
+    ----------
+    x : 2-d image in counts, background subtracted (the workflow's ``rmbg``).
+    gain, readnoise : electrons per count; read noise in electrons.
+    sigclip, sigfrac, objlim : L.A.Cosmic's detection limit, growth fraction, and
+        fine-structure contrast limit.
+    sky : counts the upstream background subtraction removed; the noise model adds them
+        back (0 for an image that still holds its sky).
+    gate : candidate threshold in counts (default :func:`default_gate`); ``-inf`` makes
+        every pixel a candidate (plain L.A.Cosmic, every pixel with a 13x13 lineage).
+
+    Returns
+    -------
+    bool array of ``x``'s shape: True where a cosmic ray is detected.
+
+    Examples
+    --------
+    >>> x = np.zeros((12, 12)); x[4, 7] = 900.0
+    >>> np.argwhere(detect_cosmic_rays(x)).tolist()
+    [[4, 7]]
+    """
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 2:
+        raise ShapeError(f"detect_cosmic_rays needs a 2-d image. Got shape {x.shape}.")
+    if gate is None:
+        gate = default_gate(gain, readnoise, sigclip, sky)
+    shape = x.shape
+    size = x.size
+    gated = x > gate
+    if not gated.any():
+        return np.zeros(shape, dtype=bool)
+    flat = x.reshape(-1)
+    # where each quantity is needed: the final mask only on gated pixels; S' (and the
+    # candidates) within 2 of them (two 3x3 growths); S in the 5x5 windows of those.
+    sp_at = np.flatnonzero(dilate(gated, 2))
+    s_at = _reach(sp_at, shape, 2)
+    m5 = _window_median(flat, s_at, shape, 2)
+    noise = np.zeros(size)
+    noise[s_at] = np.sqrt(gain * np.maximum(m5 + sky, 1e-5) + readnoise * readnoise) / gain
+    s = np.zeros(size)
+    s[s_at] = _laplacian_plus(x, s_at) / (2.0 * noise[s_at])
+    sp = np.full(size, -np.inf)
+    sp[sp_at] = s[sp_at] - _window_median(s, sp_at, shape, 2)
+    cand_at = sp_at[sp[sp_at] > sigclip]
+    if len(cand_at):
+        # fine structure: 3x3 median of x, then the 7x7 median of that, at the candidates
+        m3 = np.zeros(size)
+        m3_at = _reach(cand_at, shape, 3)
+        m3[m3_at] = _window_median(flat, m3_at, shape, 1)
+        f = (m3[cand_at] - _window_median(m3, cand_at, shape, 3)) / noise[cand_at]
+        f = np.maximum(f, 0.01)
+        cand_at = cand_at[sp[cand_at] / f > objlim]
+    cand = np.zeros(size, dtype=bool)
+    cand[cand_at] = True
+    sp = sp.reshape(shape)
+    grow = dilate(cand.reshape(shape), 1) & (sp > sigclip)
+    grow = dilate(grow, 1) & (sp > sigclip * sigfrac)
+    return grow & gated
+
+
+def remove_cosmic_rays(image: np.ndarray, mask: np.ndarray, radius: int = RMCR_RADIUS
+                       ) -> np.ndarray:
+    """Replace each flagged pixel by the median of the *unflagged* pixels of the centred
+    ``(2r+1)^2`` window (clipped at the border; an even count averages the middle two, as
+    ``np.median``); other pixels pass through. A flagged pixel whose window holds no
+    unflagged (non-NaN) pixel keeps its own value: there is nothing local to replace it
+    with (L.A.Cosmic falls back to the global sky level, which would make every cleaned
+    pixel depend on the whole image).
+
+    >>> img = np.arange(25.0).reshape(5, 5); m = np.zeros((5, 5), bool); m[2, 2] = True
+    >>> float(remove_cosmic_rays(img, m)[2, 2])
+    12.0
+    >>> m[:] = True; float(remove_cosmic_rays(img, m)[2, 2])
+    12.0
+    """
+    img = np.asarray(image, dtype=np.float64)
+    flag = np.asarray(mask) != 0
+    if img.ndim != 2 or flag.shape != img.shape:
+        raise ShapeError(
+            f"remove_cosmic_rays needs a 2-d image and a mask of its shape. Got {img.shape} "
+            f"and {flag.shape}.")
+    out = img.copy()
+    at = np.flatnonzero(flag)
+    if len(at) == 0:
+        return out
+    win, valid = _windows(at, img.shape, radius, "valid")
+    vals = img.reshape(-1)[win]
+    vals[~valid | flag.reshape(-1)[win]] = np.nan
+    vals.sort(axis=1)  # NaN sorts last
+    k = np.count_nonzero(~np.isnan(vals), axis=1)
+    rows = np.arange(len(at))
+    lo = vals[rows, np.maximum((k - 1) // 2, 0)]
+    hi = vals[rows, np.maximum(k // 2, 0)]
+    out.reshape(-1)[at] = np.where(k > 0, 0.5 * (lo + hi), img.reshape(-1)[at])
+    return out
+
+
+def label_stars(x: np.ndarray, threshold: float = 100.0) -> np.ndarray:
+    """Label the connected components (8-connected in 2-d; full connectivity in n-d) of
+    pixels brighter than ``threshold``.
+
+    A star's label is ``1 + the smallest linear index of its pixels``, so it depends on the
+    star alone and not on how many other stars there are; background pixels are 0.
+
+    >>> x = np.array([[200, 0, 0], [0, 200, 0], [0, 0, 0], [300, 300, 0]])
+    >>> label_stars(x).tolist()
+    [[1, 0, 0], [0, 1, 0], [0, 0, 0], [10, 10, 0]]
+    """
+    x = np.asarray(x)
+    bright = x > threshold
+    out = np.zeros(x.shape, dtype=np.int64)
+    lab, n = ndimage.label(bright, structure=np.ones((3,) * x.ndim, dtype=bool))
+    if n == 0:
+        return out
+    pix = np.flatnonzero(lab)  # ascending, so a label's first hit is its smallest index
+    lab_of = lab.reshape(-1)[pix]
+    uniq, first = np.unique(lab_of, return_index=True)
+    ids = np.zeros(n + 1, dtype=np.int64)
+    ids[uniq] = pix[first] + 1
+    out.reshape(-1)[pix] = ids[lab_of]
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# star regions: grouping, payload codec, lineage (vectorized over stars)
+# ---------------------------------------------------------------------------------------
+
+
+def star_pixels(labels: np.ndarray) -> tuple[np.ndarray, Ragged]:
+    """Stars of a label image: their labels (sorted) and, per star, the linear indices
+    of its pixels (a :class:`Ragged`, ascending within each row)."""
+    pix = np.flatnonzero(labels)
+    lab_of = labels.reshape(-1)[pix]
+    order = np.argsort(lab_of, kind="stable")
+    ids, counts = np.unique(lab_of, return_counts=True)
+    return ids, Ragged.from_lengths(pix[order].astype(np.uint64), counts)
+
+
+def _neighbourhood_offsets(ndim: int) -> np.ndarray:
+    grids = np.meshgrid(*[np.arange(-1, 2)] * ndim, indexing="ij")
+    return np.stack([g.reshape(-1) for g in grids], axis=1).astype(np.int64)
+
+
+def star_lineage(pixels: Ragged, shape: Shape) -> Ragged:
+    """Per star, its pixels plus the 1-pixel ring around them (clipped at the border), as
+    sorted unique linear indices: the input cells that decide the star's extent."""
+    shape = tuple(shape)
+    n = len(pixels)
+    if n == 0:
+        return Ragged.empty()
+    size = int(np.prod(shape))
+    coords = to_coords(pixels.values, shape)
+    neigh = coords[:, None, :] + _neighbourhood_offsets(len(shape))[None, :, :]
+    ok = ((neigh >= 0) & (neigh < np.asarray(shape))).all(axis=2)
+    rid = np.repeat(pixels.row_ids(), neigh.shape[1]).reshape(ok.shape)[ok]
+    lin = np.ravel_multi_index(tuple(neigh[ok].T), shape)
+    key = np.unique(rid * size + lin)
+    rows, vals = np.divmod(key, size)
+    return Ragged.from_lengths(vals.astype(np.uint64), np.bincount(rows, minlength=n))
+
+
+def encode_stars(pixels: Ragged, shape: Shape) -> Ragged:
+    """Star payloads, one row of bytes per star: tag 1, ndim, the bounding box's low
+    corner and extent (uint32 little-endian each), then the star's pixels inside the box
+    as a bit-packed C-order mask. Vectorized over stars.
+
+    >>> p = encode_stars(Ragged.from_rows([np.array([5, 6, 10])]), (4, 4))
+    >>> lo, mask = decode_star(p.row(0).tobytes())
+    >>> lo.tolist(), mask.astype(int).tolist()
+    ([[1, 1]], [[1, 1], [0, 1]])
+    """
+    shape = tuple(shape)
+    nd = len(shape)
+    n = len(pixels)
+    if n == 0:
+        return Ragged.empty(dtype=np.uint8)
+    coords = to_coords(pixels.values, shape)
+    rid = pixels.row_ids()
+    starts = pixels.offsets[:-1]
+    lo = np.minimum.reduceat(coords, starts, axis=0)
+    ext = np.maximum.reduceat(coords, starts, axis=0) + 1 - lo
+    # position of each pixel inside its star's box, C order
+    rel = coords - lo[rid]
+    box_strides = np.ones((n, nd), dtype=np.int64)
+    for d in range(nd - 2, -1, -1):
+        box_strides[:, d] = box_strides[:, d + 1] * ext[:, d + 1]
+    local = (rel * box_strides[rid]).sum(axis=1)
+    nbytes = (np.prod(ext, axis=1) + 7) // 8
+    byte_off = np.concatenate([[0], np.cumsum(nbytes)[:-1]])
+    bits = np.zeros(int(nbytes.sum()) * 8, dtype=np.uint8)
+    bits[byte_off[rid] * 8 + local] = 1
+    packed = np.packbits(bits)
+    head = np.concatenate([
+        np.full((n, 1), TAG_STAR, np.uint8), np.full((n, 1), nd, np.uint8),
+        lo.astype("<u4").view(np.uint8).reshape(n, 4 * nd),
+        ext.astype("<u4").view(np.uint8).reshape(n, 4 * nd)], axis=1)
+    hlen = head.shape[1]
+    lengths = hlen + nbytes
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    values = np.empty(int(offsets[-1]), dtype=np.uint8)
+    values[(offsets[:-1, None] + np.arange(hlen)[None, :]).reshape(-1)] = head.reshape(-1)
+    brow = np.repeat(np.arange(n), nbytes)
+    values[offsets[brow] + hlen + np.arange(len(packed)) - byte_off[brow]] = packed
+    return Ragged(values, offsets)
+
+
+def decode_star(payload: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse of :func:`encode_stars` for one payload: ``(low corner (1, ndim), bool mask
+    of the bounding box)``. Raises :class:`CellError` on a malformed payload."""
+    buf = np.frombuffer(bytes(payload), dtype=np.uint8)
+    if len(buf) < 2 or buf[0] != TAG_STAR:
+        raise CellError(f"not a star payload: {bytes(payload[:8])!r}...")
+    nd = int(buf[1])
+    hlen = 2 + 8 * nd
+    if len(buf) < hlen:
+        raise CellError(f"star payload of {len(buf)} bytes is shorter than its header")
+    lo = buf[2:2 + 4 * nd].view("<u4").astype(np.int64)
+    ext = buf[2 + 4 * nd:hlen].view("<u4").astype(np.int64)
+    nbits = int(np.prod(ext))
+    if len(buf) != hlen + (nbits + 7) // 8:
+        raise CellError(f"star payload of {len(buf)} bytes does not match its box {ext}")
+    mask = np.unpackbits(buf[hlen:], count=nbits).astype(bool).reshape(tuple(ext))
+    return lo[None, :], mask
+
+
+def _star_cells(payload: bytes, shape: Shape) -> np.ndarray:
+    """A star payload's lineage: the star's pixels and their ring, ``(n, ndim)``."""
+    lo, mask = decode_star(payload)
+    grown = ndimage.binary_dilation(np.pad(mask, 1), np.ones((3,) * mask.ndim, dtype=bool))
+    cells = np.argwhere(grown) + lo - 1
+    ok = ((cells >= 0) & (cells < np.asarray(shape))).all(axis=1)
+    return cells[ok]
+
+
+def _radius_cells(outcells: np.ndarray, radius: int, shape: Shape) -> Any:
+    """The clipped boxes of ``radius`` around ``outcells``: box lists for a few cells, a
+    dilated mask for many."""
+    outcells = np.asarray(outcells, dtype=np.int64).reshape(-1, len(shape))
+    if radius == 0:
+        return outcells
+    if len(outcells) * (2 * radius + 1) ** len(shape) < int(np.prod(shape)) // 8:
+        return box_neighbours(outcells, (radius,) * len(shape), shape).values
+    m = np.zeros(shape, dtype=bool)
+    m[tuple(outcells.T)] = True
+    return dilate(m, radius)
+
+
+def _radius_hits(outcells: np.ndarray, radius: int, frontier_in: np.ndarray) -> np.ndarray:
+    """Which ``outcells`` have an input within ``radius`` (a box) in ``frontier_in``."""
+    outcells = np.asarray(outcells, dtype=np.int64).reshape(-1, frontier_in.ndim)
+    shape = frontier_in.shape
+    if len(outcells) * (2 * radius + 1) ** len(shape) < frontier_in.size // 8:
+        boxes = box_neighbours(outcells, (radius,) * len(shape), shape)
+        return boxes.any_in(frontier_in.reshape(-1))
+    return dilate(frontier_in, radius)[tuple(outcells.T)]
+
+
+def _radius_payload(payload: bytes) -> int:
+    if len(payload) != 1:
+        raise CellError(f"expected a 1-byte radius payload. Got {len(payload)} bytes.")
+    return int(payload[0])
+
+
+# ---------------------------------------------------------------------------------------
+# UDFs
+# ---------------------------------------------------------------------------------------
+
+
+class _IdentityDefault:
+    """The composite default of all three UDFs: an output cell depends on the input cell
+    at its own coordinates (and vice versa)."""
+
+    def map_b(self, frontier_out: np.ndarray, i: int) -> np.ndarray:
+        return np.array(frontier_out, dtype=bool, copy=True)
+
+    def map_f(self, frontier_in: np.ndarray, i: int) -> np.ndarray:
+        return np.array(frontier_in, dtype=bool, copy=True)
+
+    def all_to_all(self, i: int) -> bool:
+        return False
+
+
+class CosmicRayDetect(_IdentityDefault, UDF):
+    """Cosmic-ray detection (UDF A/B, ``cr1``/``cr2``): :func:`detect_cosmic_rays`.
+
+    Input: one background-subtracted exposure (``rmbg``). Output: bool mask.
+
+    Lineage (honest composite, identity default)
+        A pixel is a *candidate* when its own input value exceeds ``gate``. A non-candidate
+        is 0 whatever its neighbours are, so it depends on itself only (the identity
+        default; nothing stored). A candidate's output depends on the box of radius
+        :data:`CR_RADIUS` = 6 around it (clipped), the composed reach of the filters:
+        L+ 1 (the Laplacian on the upsampled grid touches the 4-neighbours), noise 2 (5x5
+        median), S 2, S' = S - 5x5 median of S: 4, fine structure 1 + 3 = 4, candidates 4,
+        first growth 5, second growth 6. In ``COMP`` mode every candidate (flagged or
+        rejected) stores the 1-byte payload ``6``; ``FULL`` writes one pair per pixel.
+
+    Deviations from WORKFLOWS.md, and why
+        - Its "7x7 box (radius 3) around a cosmic-ray pixel, itself elsewhere" is not sound:
+          the growth steps make a pixel's flag depend on pixels 6 away, and an unflagged
+          pixel next to a cosmic ray depends on its neighbours too. The gate is what makes
+          "itself" true for most pixels.
+        - The gate (default: ``sigclip`` times the sky noise of the noise model,
+          :func:`default_gate`) is an addition to L.A.Cosmic. On a background-subtracted
+          image L.A.Cosmic's noise model sees no sky and flags sky noise by the ten
+          thousand; a cosmic ray is a pixel well above the sky, and the gate says so.
+        - ``sky``: the counts removed upstream, added back in the noise model (see
+          :func:`astronomy_udfs` for the workflow's value). The missing sky, not the
+          original's truncation of the upsampled image to integers, is what flagged about
+          186,000 pixels of real exposure 1: ungated with ``sky=0`` this code flags 195,000
+          (188,000 with truncation); with ``sky=600`` and the gate, 155. Nothing is
+          truncated here.
+
+    Parallelization: ``stencil(6)``; a halo of the lineage radius makes chunked execution
+    bit-identical to the whole image (every value a chunk uses for its interior is
+    computed from the same cells in the same order).
+
+    Examples
+    --------
+    >>> from subzero.testing import bind
+    >>> op = bind(CosmicRayDetect(sky=600.0), np.zeros((8, 8)), name="cr1")
+    >>> op.out_dtype, sorted(m.value for m in op.supported_modes())
+    (dtype('bool'), ['BLACKBOX', 'COMP', 'FULL'])
+    """
+
+    n_inputs = 1
+    parallelism: Parallelism = stencil(CR_RADIUS)
+
+    def __init__(self, gain: float = 2.2, readnoise: float = 10.0, sigclip: float = 5.0,
+                 sigfrac: float = 0.3, objlim: float = 5.0, sky: float = 0.0,
+                 gate: float | None = None) -> None:
+        self.gain = _parse_positive("gain", gain)
+        self.readnoise = _parse_positive("readnoise", readnoise, allow_zero=True)
+        self.sigclip = _parse_positive("sigclip", sigclip)
+        self.sigfrac = _parse_positive("sigfrac", sigfrac)
+        self.objlim = _parse_positive("objlim", objlim)
+        self.sky = _parse_positive("sky", sky, allow_zero=True)
+        self.gate = (default_gate(self.gain, self.readnoise, self.sigclip, self.sky)
+                     if gate is None else _parse_number("gate", gate))
+        if np.isnan(self.gate):
+            raise WorkflowError(f"gate must be a number of counts. Got {gate!r} instead.")
+
+    def params(self) -> dict[str, Any]:
+        return {"gain": self.gain, "readnoise": self.readnoise, "sigclip": self.sigclip,
+                "sigfrac": self.sigfrac, "objlim": self.objlim, "sky": self.sky,
+                "gate": self.gate}
+
+    def supported_modes(self) -> frozenset[Mode]:
+        return frozenset({Mode.COMP, Mode.FULL, Mode.BLACKBOX})
+
+    def output_shape(self, in_shapes: Sequence[Shape]) -> Shape:
+        return _check_2d(self, in_shapes)
+
+    def output_dtype(self, in_dtypes: Sequence[np.dtype]) -> np.dtype:
+        return np.dtype(bool)
+
+    def kernel(self, x: np.ndarray) -> np.ndarray:
+        """The whole computation on one block (pure)."""
+        return detect_cosmic_rays(x, self.gain, self.readnoise, self.sigclip, self.sigfrac,
+                                  self.objlim, self.sky, self.gate)
+
+    def run(self, ctx: TaskContext, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        inner = ctx.chunk.interior(0)
+        out = self.kernel(x)[inner]
+        if ctx.composite or ctx.full:
+            cand = x[inner] > self.gate  # the same test the kernel gates with
+            cells = ctx.chunk.out_cells(np.argwhere(cand))
+            if ctx.composite and len(cells):
+                ctx.lwrite_pairs(cells, payloads=bytes([CR_RADIUS]))
+            if ctx.full:
+                if len(cells):
+                    rad = (CR_RADIUS,) * 2
+                    ctx.lwrite_pairs(cells, box_neighbours(cells, rad, self.in_shapes[0]))
+                rest = ctx.chunk.out_box.linear(self.out_shape)[~cand.reshape(-1)]
+                if len(rest):
+                    ctx.lwrite_pairs(rest, rest)
+        return out
+
+    def map_p(self, outcells: np.ndarray, payload: bytes, i: int) -> Any:
+        return _radius_cells(outcells, _radius_payload(payload), self.in_shapes[i])
+
+    def map_p_hits(self, outcells: np.ndarray, payload: bytes, i: int,
+                   frontier_in: np.ndarray) -> np.ndarray:
+        return _radius_hits(outcells, _radius_payload(payload), frontier_in)
+
+
+class CosmicRayRemove(_IdentityDefault, UDF):
+    """Cosmic-ray removal (UDF C, ``rmcr``): :func:`remove_cosmic_rays` on inputs
+    ``(image, mask)``; the window is the centred 5x5 one (the original's was mis-anchored).
+
+    Lineage (honest composite, identity default)
+        A flagged pixel depends on its centred 5x5 window (clipped) in input 0 *and* in
+        input 1: which neighbours are flagged decides which values enter the median.
+        (WORKFLOWS.md's "itself in input 1" is not sound: unflag a neighbour and the
+        output changes.) An unflagged pixel passes through and depends on itself in both
+        inputs. ``COMP`` stores the 1-byte payload ``2`` (the radius, for both inputs) per
+        flagged pixel; ``FULL`` writes one pair per pixel.
+
+    Parallelization: ``stencil(2)``.
+
+    Examples
+    --------
+    >>> from subzero.testing import bind
+    >>> img, m = np.zeros((6, 6)), np.zeros((6, 6), bool)
+    >>> op = bind(CosmicRayRemove(), img, m, name="rmcr")
+    >>> op.out_shape, op.parallelism.depth
+    ((6, 6), (2,))
+    """
+
+    n_inputs = 2
+    parallelism: Parallelism = stencil(RMCR_RADIUS)
+
+    def params(self) -> dict[str, Any]:
+        return {"radius": RMCR_RADIUS}
+
+    def supported_modes(self) -> frozenset[Mode]:
+        return frozenset({Mode.COMP, Mode.FULL, Mode.BLACKBOX})
+
+    def output_shape(self, in_shapes: Sequence[Shape]) -> Shape:
+        return _check_2d(self, in_shapes)
+
+    def output_dtype(self, in_dtypes: Sequence[np.dtype]) -> np.dtype:
+        return np.dtype(np.float64)
+
+    def kernel(self, image: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        return remove_cosmic_rays(image, mask, RMCR_RADIUS)
+
+    def run(self, ctx: TaskContext, image: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        inner = ctx.chunk.interior(0)
+        out = self.kernel(image, mask)[inner]
+        if ctx.composite or ctx.full:
+            flag = np.asarray(mask)[inner] != 0
+            cells = ctx.chunk.out_cells(np.argwhere(flag))
+            if ctx.composite and len(cells):
+                ctx.lwrite_pairs(cells, payloads=bytes([RMCR_RADIUS]))
+            if ctx.full:
+                if len(cells):
+                    box = box_neighbours(cells, (RMCR_RADIUS,) * 2, self.out_shape)
+                    ctx.lwrite_pairs(cells, box, box)
+                rest = ctx.chunk.out_box.linear(self.out_shape)[~flag.reshape(-1)]
+                if len(rest):
+                    ctx.lwrite_pairs(rest, rest, rest)
+        return out
+
+    def map_p(self, outcells: np.ndarray, payload: bytes, i: int) -> Any:
+        return _radius_cells(outcells, _radius_payload(payload), self.in_shapes[i])
+
+    def map_p_hits(self, outcells: np.ndarray, payload: bytes, i: int,
+                   frontier_in: np.ndarray) -> np.ndarray:
+        return _radius_hits(outcells, _radius_payload(payload), frontier_in)
+
+
+class StarDetect(_IdentityDefault, UDF):
+    """Star detection (UDF D, ``clust``): :func:`label_stars`, true connected components
+    (the original forgot to merge provisional labels) with position-based labels.
+
+    Lineage (honest; payload or composite)
+        Every pixel of star X depends on X's pixels and the 1-pixel ring around X (the ring
+        pixels being below the threshold is what stops X from being larger). A background
+        pixel depends on itself (it is 0 because it is dim). WORKFLOWS.md's "star X depends
+        on star X" misses the ring, and its "below threshold: no lineage" is not sound
+        (brighten the pixel and its output changes); both are fixed here.
+
+        - payload per star: bounding box + bit-packed pixel mask (:func:`encode_stars`);
+          ``map_p`` decodes it and adds the ring;
+        - ``COMP``: identity default, one payload per star (one ``lwrite_pairs`` call);
+        - ``PAY``: every output cell needs a payload, so the star payloads plus one pair
+          with the identity payload (``b"\\x00"``) for all background pixels;
+        - ``FULL``: one region pair per star (star -> star + ring) and identity pairs for
+          the background, in bulk.
+
+    Parallelization: global (a star may cross any chunk border).
+
+    Examples
+    --------
+    >>> from subzero.testing import bind, run_chunked
+    >>> x = np.zeros((5, 5)); x[1:3, 1:3] = 500.0
+    >>> op = bind(StarDetect(threshold=100.0), x, name="clust")
+    >>> out, _, pays = run_chunked(op, [x], modes=(Mode.COMP,))
+    >>> int(out[2, 2]), len(pays), op.map_p(np.array([[2, 2]]), pays.payload_bytes(0), 0).shape
+    (7, 1, (16, 2))
+    """
+
+    n_inputs = 1
+    parallelism: Parallelism = GLOBAL
+
+    def __init__(self, threshold: float = 100.0) -> None:
+        self.threshold = _parse_number("threshold", threshold)
+        if not np.isfinite(self.threshold):
+            raise WorkflowError(f"threshold must be finite. Got {threshold!r} instead.")
+
+    def params(self) -> dict[str, Any]:
+        return {"threshold": self.threshold}
+
+    def supported_modes(self) -> frozenset[Mode]:
+        return frozenset({Mode.PAY, Mode.COMP, Mode.FULL, Mode.BLACKBOX})
+
+    def output_shape(self, in_shapes: Sequence[Shape]) -> Shape:
+        if len(in_shapes[0]) < 1:
+            raise ShapeError(f"operator {self.name!r} (StarDetect) needs an array, not a scalar")
+        return tuple(in_shapes[0])
+
+    def output_dtype(self, in_dtypes: Sequence[np.dtype]) -> np.dtype:
+        return np.dtype(np.int64)
+
+    def kernel(self, x: np.ndarray) -> np.ndarray:
+        return label_stars(x, self.threshold)
+
+    def run(self, ctx: TaskContext, x: np.ndarray) -> np.ndarray:
+        box = ctx.chunk.out_box
+        if box.shape != tuple(self.out_shape):
+            raise ShapeError(f"operator {self.name!r} is global; got a partial block {box}")
+        labels = self.kernel(x)
+        if not (ctx.composite or ctx.payload or ctx.full):
+            return labels
+        _, stars = star_pixels(labels)
+        background = np.flatnonzero(labels.reshape(-1) == 0).astype(np.uint64)
+        if (ctx.composite or ctx.payload) and len(stars):
+            ctx.lwrite_pairs(stars, payloads=encode_stars(stars, self.out_shape))
+        if ctx.payload and len(background):
+            ctx.lwrite(background, payload=bytes([TAG_IDENTITY]))
+        if ctx.full:
+            if len(stars):
+                ctx.lwrite_pairs(stars, star_lineage(stars, self.out_shape))
+            if len(background):
+                ctx.lwrite_pairs(background, background)
+        return labels
+
+    def map_p(self, outcells: np.ndarray, payload: bytes, i: int) -> Any:
+        if len(payload) == 1 and payload[0] == TAG_IDENTITY:
+            return np.asarray(outcells, dtype=np.int64)
+        return _star_cells(payload, self.in_shapes[i])
+
+    def map_p_hits(self, outcells: np.ndarray, payload: bytes, i: int,
+                   frontier_in: np.ndarray) -> np.ndarray:
+        outcells = np.asarray(outcells, dtype=np.int64).reshape(-1, frontier_in.ndim)
+        if len(payload) == 1 and payload[0] == TAG_IDENTITY:
+            return frontier_in[tuple(outcells.T)].copy()
+        cells = _star_cells(payload, self.in_shapes[i])
+        # all pixels of a star share one lineage: all hit or none
+        return np.full(len(outcells), bool(frontier_in[tuple(cells.T)].any()))
+
+
+def astronomy_udfs(sky: float = 600.0, threshold: float = 100.0) -> dict[str, UDF]:
+    """The workflow's four UDFs, by operator name, with its parameters.
+
+    ``sky`` is the background level (counts above bias) that ``rmbg`` removed; 600 fits
+    the real LSST exposures (median 1601, overscan 1007) and the generated ones
+    (:data:`workflows.astro_data.SKY`). ``threshold`` is clust's, on the summed image.
+
+    >>> sorted(astronomy_udfs())
+    ['clust', 'cr1', 'cr2', 'rmcr']
+    """
+    return {"cr1": CosmicRayDetect(sky=sky), "cr2": CosmicRayDetect(sky=sky),
+            "rmcr": CosmicRayRemove(), "clust": StarDetect(threshold=threshold)}
+
+
+__all__ = [
+    "CR_RADIUS", "RMCR_RADIUS", "CosmicRayDetect", "CosmicRayRemove", "StarDetect",
+    "astronomy_udfs", "default_gate", "detect_cosmic_rays", "remove_cosmic_rays",
+    "label_stars", "star_pixels", "star_lineage", "encode_stars", "decode_star",
+]
