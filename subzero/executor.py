@@ -358,7 +358,8 @@ def run_workflow(
             ch = chunking.chunk_shape(arr.shape)
             store.write_array(paths[name], arr, ch)
             nbytes = store.logical_bytes(arr.shape, arr.dtype)
-            input_bytes += nbytes
+            if not wf.inputs[name].auxiliary:
+                input_bytes += nbytes
             cat.add_array(rid, name, arr.shape, str(arr.dtype), ch, None, nbytes,
                           store.stored_bytes(paths[name]))
         ops_json: list[dict[str, Any]] = []

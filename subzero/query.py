@@ -185,7 +185,7 @@ class QueryExecutor:
 
     def __init__(self, run: LoadedRun, catalog: Catalog | None = None, where: str = "auto",
                  log: bool = True, costs: Any = None, tile_cells: int = 1 << 16,
-                 min_switch_s: float = 0.05) -> None:
+                 min_switch_s: float = 0.05, entire_array: bool = True) -> None:
         from optimizer.query_costs import load_costs
 
         self.run = run
@@ -197,6 +197,8 @@ class QueryExecutor:
         self.tile_cells = int(tile_cells)
         # never abandon stored lineage sooner than this (re-execution estimates are rough)
         self.min_switch_s = float(min_switch_s)
+        #: apply the entire-array optimization (off only to measure what it saves)
+        self.entire_array = bool(entire_array)
         self.op_stats = self.catalog.op_stats(run.id)
         self.shards: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for row in self.catalog.shards(run.id):
@@ -396,7 +398,7 @@ class QueryExecutor:
         note = ""
         if n_in == 0:
             res, used = np.zeros(out_shape, dtype=bool), "empty"
-        elif n_in == f.size and op.all_to_all(i):
+        elif self.entire_array and n_in == f.size and op.all_to_all(i):
             res, used = np.ones(out_shape, dtype=bool), "entire-array"
         else:
             options = self.methods(op_name)

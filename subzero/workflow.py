@@ -50,6 +50,9 @@ class InputSpec:
     source: Callable[[], np.ndarray] | None = None
     loader: Callable[[str], np.ndarray] | None = None
     description: str = ""
+    #: a constant the workflow supplies itself (a mask, a calibration frame): stored like
+    #: any input but not counted in the run's input bytes
+    auxiliary: bool = False
 
 
 @dataclass
@@ -101,8 +104,9 @@ class Workflow:
 
     def input(self, name: str, shape: Sequence[int], dtype: Any = "float64",
               source: Callable[[], np.ndarray] | None = None,
-              loader: Callable[[str], np.ndarray] | None = None, description: str = "") -> str:
-        """Declare an input array."""
+              loader: Callable[[str], np.ndarray] | None = None, description: str = "",
+              auxiliary: bool = False) -> str:
+        """Declare an input array (``auxiliary``: a constant not counted as input data)."""
         self._check_new(name)
         try:
             shp = tuple(int(s) for s in shape)
@@ -110,7 +114,8 @@ class Workflow:
             raise ShapeError(f"input {name!r}: shape must be ints. Got {shape!r}.") from None
         if any(s < 0 for s in shp):
             raise ShapeError(f"input {name!r}: shape must be non-negative. Got {shp}.")
-        self.inputs[name] = InputSpec(name, shp, np.dtype(dtype), source, loader, description)
+        self.inputs[name] = InputSpec(name, shp, np.dtype(dtype), source, loader, description,
+                                      auxiliary)
         self._valid = False
         return name
 
