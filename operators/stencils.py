@@ -4,7 +4,7 @@ A stencil's lineage is the box of its radius around each cell, so its mapping fu
 box dilations (:class:`operators.base.StencilOperator`) and it stores nothing.
 
 >>> import numpy as np
->>> Convolve(np.ones((3, 3)) / 9, boundary="constant").kernel(np.ones((3, 3)))[1, 1]
+>>> float(Convolve(np.ones((3, 3)) / 9, "constant").kernel(np.ones((3, 3)))[1, 1].round(12))
 1.0
 """
 
@@ -16,10 +16,16 @@ import numpy as np
 from scipy import ndimage
 
 from operators.base import StencilOperator
-from subzero.errors import ShapeError
+from operators.parse import who
+from subzero.errors import ShapeError, WorkflowError
 
 _NDIMAGE_MODE = {"reflect": "reflect", "nearest": "nearest", "mirror": "mirror",
                  "constant": "constant", "wrap": "wrap"}
+
+
+def _check_numeric(op: StencilOperator, dtype: np.dtype) -> None:
+    if np.dtype(dtype).kind not in "biuf":
+        raise WorkflowError(f"{who(op)}: needs a real-valued input. Got {np.dtype(dtype)}.")
 
 
 class Convolve(StencilOperator):
@@ -29,7 +35,11 @@ class Convolve(StencilOperator):
     n_inputs = 1
 
     def __init__(self, weights: Any, boundary: str = "reflect") -> None:
-        w = np.asarray(weights, dtype=np.float64)
+        try:
+            w = np.asarray(weights, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise WorkflowError(f"Convolve: kernel weights must be numbers. Got {weights!r}.") \
+                from None
         if w.ndim == 0 or any(n % 2 == 0 for n in w.shape):
             raise ShapeError(f"convolution kernel must have odd sizes. Got shape {w.shape}.")
         self.weights = w
@@ -46,6 +56,7 @@ class Convolve(StencilOperator):
             )
 
     def output_dtype(self, in_dtypes: Sequence[np.dtype]) -> np.dtype:
+        _check_numeric(self, in_dtypes[0])
         return np.dtype("float64")
 
     def kernel(self, x: np.ndarray) -> np.ndarray:
@@ -63,6 +74,10 @@ class MedianFilter(StencilOperator):
 
     def params(self) -> dict[str, Any]:
         return {"radius": list(self.radius), "boundary": self.boundary}
+
+    def output_dtype(self, in_dtypes: Sequence[np.dtype]) -> np.dtype:
+        _check_numeric(self, in_dtypes[0])
+        return np.dtype(in_dtypes[0])
 
     def kernel(self, x: np.ndarray) -> np.ndarray:
         size = tuple(2 * r + 1 for r in self.radius_for(x.ndim))

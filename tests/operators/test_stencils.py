@@ -1,0 +1,22 @@
+"""Stencil built-ins: parameter and dtype errors (their lineage runs in test_library.py)."""
+
+import numpy as np
+import pytest
+
+from operators import Convolve, MedianFilter
+from subzero.errors import ShapeError, WorkflowError
+
+
+def test_convolve_rejects_non_numeric_weights_and_rank_mismatch():
+    with pytest.raises(WorkflowError, match=r"Convolve: kernel weights must be numbers. Got "
+                                            r"\[\['a'\]\]"):
+        Convolve([["a"]])
+    with pytest.raises(ShapeError, match=r"'c': kernel of rank 2 on an array of shape \(5,\)"):
+        Convolve(np.ones((3, 3))).bind("c", [(5,)], ["f8"])
+
+
+@pytest.mark.parametrize("make", [lambda: Convolve(np.ones(3)), lambda: MedianFilter(1)])
+def test_stencils_reject_string_inputs_at_bind(make):
+    with pytest.raises(WorkflowError, match=r"'s' \((Convolve|MedianFilter)\): needs a "
+                                            "real-valued input. Got <U2"):
+        make().bind("s", [(5,)], ["<U2"])
