@@ -14,6 +14,7 @@ parallelization, mapping functions, supported lineage modes). Families:
 """
 
 from operators.base import (
+    BLOCKWISE,
     ELEMENTWISE,
     GLOBAL,
     AllToAllOperator,
@@ -37,7 +38,7 @@ from operators.slicing import Subarray, Transpose
 from operators.stencils import Convolve, MedianFilter
 
 __all__ = [
-    "ELEMENTWISE", "GLOBAL", "AllToAllOperator", "CellMapping", "ElementwiseOperator",
+    "BLOCKWISE", "ELEMENTWISE", "GLOBAL", "AllToAllOperator", "CellMapping", "ElementwiseOperator",
     "MappingOperator", "Operator", "Parallelism", "StencilOperator", "UDF", "stencil",
     "Affine", "Binary", "Cast", "Classify", "Copy", "Logistic", "Scalar", "Unary",
     "MaskReplace", "Where", "Subarray", "Transpose", "Reshape", "Concatenate",

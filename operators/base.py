@@ -45,15 +45,18 @@ Shape = tuple[int, ...]
 class Parallelism:
     """How an operator splits into Spark tasks.
 
-    ``kind`` is ``"elementwise"``, ``"stencil"`` (with a halo ``depth`` per axis) or
-    ``"global"`` (a single task sees the whole inputs).
+    ``kind`` is ``"elementwise"`` (input block = output block, numpy broadcasting),
+    ``"stencil"`` (with a halo ``depth`` per axis), ``"blockwise"`` (any output chunking; the
+    operator's :meth:`Operator.input_box` names the exact input block of each output block:
+    subarray, transpose, matrix multiply...) or ``"global"`` (a single task sees the whole
+    inputs).
     """
 
     kind: str
     depth: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.kind not in ("elementwise", "stencil", "global"):
+        if self.kind not in ("elementwise", "stencil", "blockwise", "global"):
             raise ValueError(f"unknown parallelism {self.kind!r}")
         if any(d < 0 for d in self.depth):
             raise ValueError(f"halo depth must be non-negative. Got {self.depth}.")
@@ -63,6 +66,7 @@ class Parallelism:
 
 
 ELEMENTWISE = Parallelism("elementwise")
+BLOCKWISE = Parallelism("blockwise")
 GLOBAL = Parallelism("global")
 
 
@@ -140,6 +144,9 @@ class Operator(ABC):
             if shape != self.out_shape:
                 return Box.full(shape)
             return out_box.dilate(depth, shape)
+        if self.parallelism.kind == "blockwise":
+            raise NotImplementedError(
+                f"{type(self).__name__} declares blockwise parallelism and must give input_box")
         return broadcast_box(out_box, shape, self.out_shape)
 
     # -- execution -------------------------------------------------------------------------
@@ -291,7 +298,8 @@ def broadcast_map_b(frontier_out: np.ndarray, in_shape: Shape) -> np.ndarray:
 
 
 def broadcast_map_f(frontier_in: np.ndarray, out_shape: Shape) -> np.ndarray:
-    return np.ascontiguousarray(np.broadcast_to(frontier_in, out_shape))
+    """Forward mapping of numpy broadcasting (a fresh, writable frontier)."""
+    return np.array(np.broadcast_to(frontier_in, out_shape), dtype=bool, order="C")
 
 
 def box_neighbours(

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from operators.base import ELEMENTWISE, MappingOperator
+from operators.base import BLOCKWISE, MappingOperator
 from operators.parse import STRING_DTYPE, is_text, parse_axis, who
 from subzero.cells import Box, Ragged
 from subzero.errors import ShapeError, WorkflowError
@@ -58,7 +58,7 @@ class Concatenate(MappingOperator):
 
     n_inputs = None
     # any chunking: input_box() gives each input's overlap with a chunk
-    parallelism = ELEMENTWISE
+    parallelism = BLOCKWISE
 
     def __init__(self, axis: int = 0) -> None:
         if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):

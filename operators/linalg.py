@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from operators.base import ELEMENTWISE, MappingOperator
+from operators.base import BLOCKWISE, MappingOperator
 from operators.parse import who
 from subzero.cells import Box, Ragged
 from subzero.errors import ShapeError, WorkflowError
@@ -41,7 +41,7 @@ class MatMul(MappingOperator):
 
     n_inputs = 2
     # any chunking: input_box() gives the rows of a and the columns of b a chunk needs
-    parallelism = ELEMENTWISE
+    parallelism = BLOCKWISE
 
     def params(self) -> dict[str, Any]:
         return {}

@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from operators.base import ELEMENTWISE, GLOBAL, MappingOperator, Parallelism
+from operators.base import BLOCKWISE, GLOBAL, MappingOperator, Parallelism
 from operators.geometry import axis_strides, outer_linear
 from operators.parse import dtype_spec, parse_axes, parse_dtype, who
 from subzero.cells import Box, Ragged
@@ -145,8 +145,8 @@ class Reduce(MappingOperator):
         # a global reduction is computed once and written to every chunk by one task
         axes = getattr(self, "_axes", None)
         if axes is None:
-            return GLOBAL if self.axis is None else ELEMENTWISE
-        return GLOBAL if len(axes) == len(self.in_shapes[0]) else ELEMENTWISE
+            return GLOBAL if self.axis is None else BLOCKWISE
+        return GLOBAL if len(axes) == len(self.in_shapes[0]) else BLOCKWISE
 
     def output_shape(self, in_shapes: Sequence[Shape]) -> Shape:
         shape = tuple(in_shapes[0])

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from operators.base import ELEMENTWISE, MappingOperator
+from operators.base import BLOCKWISE, MappingOperator
 from operators.geometry import bbox_of_box_in
 from operators.parse import parse_shape_param, who
 from subzero.cells import Box, Ragged
@@ -67,7 +67,7 @@ class Reshape(MappingOperator):
 
     n_inputs = 1
     # any chunking of the output: input_box() gives the bounding block of a chunk's cells
-    parallelism = ELEMENTWISE
+    parallelism = BLOCKWISE
 
     def __init__(self, shape: Sequence[int]) -> None:
         self.shape = parse_shape_param(shape, "Reshape")

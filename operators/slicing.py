@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from operators.base import ELEMENTWISE, MappingOperator
+from operators.base import BLOCKWISE, MappingOperator
 from operators.geometry import axis_strides, outer_linear
 from operators.parse import parse_permutation, parse_slices, slices_text, who
 from subzero.cells import Box, Ragged
@@ -76,7 +76,7 @@ class Subarray(MappingOperator):
 
     n_inputs = 1
     # any chunking of the output: input_box() gives the exact input block of a chunk
-    parallelism = ELEMENTWISE
+    parallelism = BLOCKWISE
 
     def __init__(self, slices: Any = None, axes: Sequence[int] | None = None) -> None:
         what = type(self).__name__

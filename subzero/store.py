@@ -99,7 +99,9 @@ def write_block(path: Path, box: Box, block: np.ndarray) -> None:
     """Write one block (a task's output chunk) into an existing array."""
     arr = open_array(path, "r+")
     if _is_text(np.asarray(block).dtype):
-        block = np.asarray(block, dtype=np.dtypes.StringDType())
+        # C-contiguous: zarr 3.1.6 scrambles string chunks written from transposed or
+        # broadcast views (zarr-python issue 3558)
+        block = np.ascontiguousarray(np.asarray(block, dtype=np.dtypes.StringDType()))
     arr[box.slices] = block
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from operators import GLOBAL, MeanBroadcast, Reduce
-from operators.base import ELEMENTWISE
+from operators.base import BLOCKWISE
 from subzero.cells import Box
 from subzero.errors import ShapeError, WorkflowError
 from subzero.modes import Mode
@@ -15,7 +15,7 @@ X = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
 
 def test_cumodds_each_patient_depends_on_its_row():
     op = bind(Reduce("sum", axis=1), X)
-    assert op.out_shape == (2, 1) and op.parallelism is ELEMENTWISE
+    assert op.out_shape == (2, 1) and op.parallelism is BLOCKWISE
     out, _, _ = run_chunked(op, [X], 2)
     assert out.tolist() == [[6.0], [15.0]]
     f = np.array([[False], [True]])
@@ -59,7 +59,7 @@ def test_dropping_axes_and_a_0d_global_result():
 
 def test_broadcast_per_axis_splits_along_the_kept_axis():
     op = bind(Reduce("min", axis=0, broadcast=True), X)
-    assert op.out_shape == X.shape and op.parallelism is ELEMENTWISE
+    assert op.out_shape == X.shape and op.parallelism is BLOCKWISE
     assert op.input_box(Box((1, 1), (2, 3)), 0) == Box((0, 1), (2, 3))
     out, _, _ = run_chunked(op, [X], 2)
     assert out.tolist() == [[1.0, 2.0, 3.0]] * 2
