@@ -47,6 +47,10 @@ from subzero.runtime import ChunkContext, PairBatch
 METHODS = ("auto", "map", "stored", "reexec")
 MAX_JSON_CELLS = 10_000
 
+# One reader per shard for the whole process: LMDB refuses to open an environment twice in
+# one process, and a finished run's shards never change, so executors share them.
+_READERS: dict[str, Any] = {}
+
 
 @dataclass
 class Step:
@@ -203,12 +207,8 @@ class QueryExecutor:
         self.shards: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for row in self.catalog.shards(run.id):
             self.shards.setdefault((row["op"], row["strategy"]), []).append(row)
-        self._readers: dict[str, Any] = {}
 
     def close(self) -> None:
-        for r in self._readers.values():
-            r.close()
-        self._readers.clear()
         if self._own_catalog:
             self.catalog.close()
 
@@ -469,10 +469,10 @@ class QueryExecutor:
     def _reader(self, row: dict[str, Any]) -> Any:
         from encoders.lookup import open_shard
 
-        key = row["path"]
-        if key not in self._readers:
-            self._readers[key] = open_shard(self.run.home / key)
-        return self._readers[key]
+        key = str((self.run.home / row["path"]).resolve())
+        if key not in _READERS:
+            _READERS[key] = open_shard(key)
+        return _READERS[key]
 
     def _stored(self, op: Any, i: int, backward: bool, f: np.ndarray, s: Strategy,
                 deadline: float | None) -> np.ndarray | None:
