@@ -1,0 +1,184 @@
+#!/usr/bin/env python
+"""The genomics benchmark (paper Figures 6 and 7) at x100 (9,600 patients).
+
+    python benchmarks/bench_genomics.py [--quick] [--out FILE.json] [--png DIR]
+    subzero bench genomics [--quick] [--out FILE.json] [--png DIR]
+
+Figure 6: for each static strategy of Table II (blackbox, full-one, full-many, full-forw,
+full-both, pay-one, pay-many, pay-both) the workflow's runtime and lineage bytes, and each
+named query's time *static* (stored lineage used whenever the strategy has it, even with a
+mismatched direction: `--method stored`) and *dynamic* (the query-time optimizer's choice).
+
+Figure 7: the strategy optimizer under disk budgets of 1, 10, 20, 50 and 100 MB, planning for
+the workload the static runs logged (an equal mix of the four queries) from the black-box
+run's statistics: the strategies it chose, the real lineage bytes (never above the budget)
+and the query times. All in one process on one Spark session; medians of repeats; ratios to
+the `blackbox` strategy (UDFs re-executed, built-ins mapped). `--quick`: x10, fewer budgets.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import emit, parser, timed  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from subzero.api import Run  # noqa: E402
+from subzero.executor import load_run, run_workflow  # noqa: E402
+from subzero.spark import get_spark  # noqa: E402
+from workflows import genomics  # noqa: E402
+
+STATIC = ("blackbox", "full-one", "full-many", "full-forw", "full-both", "pay-one",
+          "pay-many", "pay-both")
+QUERIES = ("bad-hospital", "full", "high-likelihood", "relapse")
+BUDGETS_MB = (1, 10, 20, 50, 100)
+
+
+def time_queries(run: Run, repeat: int, methods: tuple[str, ...]) -> dict:
+    out = {}
+    for name in QUERIES:
+        for method in methods:
+            run.named_query(name, method)  # warm: open shards once
+            med, times, r = timed(lambda: run.named_query(name, method), repeat)
+            key = "dynamic" if method == "auto" else "static"
+            out.setdefault(name, {})[key] = {
+                "median_s": med, "times": times, "count": r.count,
+                "direction": r.direction,
+                "methods": [f"{s.operator}:{s.method}" for s in r.steps]}
+    return out
+
+
+def plot(doc: dict, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    rows = doc["static"]
+    names = [r["strategy"] for r in rows]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.5))
+    axes[0].bar(names, [r["runtime_s"] for r in rows])
+    axes[0].set_ylabel("runtime (s)")
+    axes[1].bar(names, [max(r["lineage_bytes"], 1) / 1e6 for r in rows], color="tab:orange")
+    axes[1].set_yscale("log")
+    axes[1].set_ylabel("lineage (MB, log)")
+    for ax in axes:
+        ax.tick_params(axis="x", rotation=35)
+    fig.suptitle("Genomics: overhead per strategy (Fig. 6a)")
+    fig.tight_layout()
+    fig.savefig(out / "genomics_overhead.png")
+    plt.close(fig)
+    for key, title in (("static", "Fig. 6b: static"), ("dynamic", "Fig. 6c: dynamic")):
+        fig, ax = plt.subplots(figsize=(11, 3.8))
+        width = 0.8 / len(rows)
+        for k, r in enumerate(rows):
+            ys = [r["queries"][q][key]["median_s"] for q in QUERIES]
+            ax.bar(np.arange(len(QUERIES)) + k * width, ys, width, label=r["strategy"])
+        ax.set_xticks(np.arange(len(QUERIES)) + 0.4 - width / 2)
+        ax.set_xticklabels(QUERIES)
+        ax.set_yscale("log")
+        ax.set_ylabel("query time (s, log)")
+        ax.legend(fontsize=7, ncol=2)
+        ax.set_title(f"Genomics query costs ({title})")
+        fig.tight_layout()
+        fig.savefig(out / f"genomics_queries_{key}.png")
+        plt.close(fig)
+    if doc.get("optimizer"):
+        rows = doc["optimizer"]
+        fig, ax = plt.subplots(figsize=(9, 3.8))
+        width = 0.8 / len(rows)
+        for k, r in enumerate(rows):
+            ys = [r["queries"][q]["dynamic"]["median_s"] for q in QUERIES]
+            ax.bar(np.arange(len(QUERIES)) + k * width, ys, width,
+                   label=f"SubZero{r['budget_mb']} ({r['lineage_bytes'] / 1e6:.1f} MB)")
+        ax.set_xticks(np.arange(len(QUERIES)) + 0.4 - width / 2)
+        ax.set_xticklabels(QUERIES)
+        ax.set_yscale("log")
+        ax.set_ylabel("query time (s, log)")
+        ax.legend(fontsize=7)
+        ax.set_title("Genomics: optimizer under disk budgets (Fig. 7)")
+        fig.tight_layout()
+        fig.savefig(out / "genomics_optimizer.png")
+        plt.close(fig)
+
+
+def main() -> None:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--png", help="write the plots into this folder")
+    args = p.parse_args()
+    scale = 10 if args.quick else 100
+    repeat = 3 if args.quick else 5
+    budgets = (1, 20, 100) if args.quick else BUDGETS_MB
+    spark = get_spark()
+    tmp = Path(tempfile.mkdtemp(prefix="sz-bench-genomics-"))
+    static_rows, opt_rows = [], []
+    try:
+        run_workflow(genomics.build(scale=1), tmp / "warm", strategy="pay-both", spark=spark)
+        for strategy in STATIC:
+            wf = genomics.build(scale=scale)
+            res = run_workflow(wf, tmp, strategy=strategy, spark=spark)
+            run = Run(load_run(tmp, res.run))
+            queries = time_queries(run, repeat, ("stored", "auto"))
+            static_rows.append({"strategy": strategy, "run": res.run, "runtime_s": res.runtime_s,
+                                "input_bytes": res.input_bytes,
+                                "lineage_bytes": res.lineage_bytes,
+                                "operators": res.operators, "queries": queries})
+        base = static_rows[0]
+        try:
+            from optimizer.plan import optimize
+        except ImportError:
+            optimize = None
+        if optimize is not None:
+            wf = genomics.build(scale=scale)
+            for mb in budgets:
+                budget = mb * 1_000_000
+                plan = optimize(wf, tmp, run=base["run"], max_disk=budget, fallback=True)
+                res = run_workflow(genomics.build(scale=scale), tmp, plan=plan.plan,
+                                   max_disk=budget, spark=spark)
+                run = Run(load_run(tmp, res.run))
+                opt_rows.append({
+                    "budget_mb": mb, "run": res.run, "plan": plan.plan,
+                    "predicted_bytes": plan.totals.get("disk"), "runtime_s": res.runtime_s,
+                    "lineage_bytes": res.lineage_bytes,
+                    "within_budget": res.lineage_bytes <= budget,
+                    "notes": plan.notes + [o["note"] for o in res.operators if o.get("note")],
+                    "queries": time_queries(run, repeat, ("auto",))})
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    def ratio(row: dict, q: str, key: str) -> float:
+        return row["queries"][q][key]["median_s"] / base["queries"][q]["dynamic"]["median_s"]
+
+    summary = {
+        "dynamic_worst_vs_blackbox": max(ratio(r, q, "dynamic") for r in static_rows
+                                         for q in QUERIES),
+        "static_worst_vs_blackbox": max(ratio(r, q, "static") for r in static_rows
+                                        for q in QUERIES),
+    }
+    if opt_rows:
+        top = opt_rows[-1]
+        fwd = [q for q in QUERIES if top["queries"][q]["dynamic"]["direction"] == "forward"]
+        bwd = [q for q in QUERIES if q not in fwd]
+        summary.update({
+            "budget_mb": top["budget_mb"],
+            "forward_speedup_min": min(1 / ratio(top, q, "dynamic") for q in fwd),
+            "backward_speedup_min": min(1 / ratio(top, q, "dynamic") for q in bwd),
+            "all_within_budget": all(r["within_budget"] for r in opt_rows),
+        })
+    doc = {"benchmark": "genomics", "scale": scale, "patients": 96 * scale, "repeat": repeat,
+           "static": static_rows, "optimizer": opt_rows, "summary": summary,
+           "targets": {"dynamic_worst_vs_blackbox_max": 1.5, "forward_speedup_min": 1000,
+                       "backward_speedup_min": 3}}
+    if args.png:
+        plot(doc, Path(args.png))
+    emit(doc, args.out)
+
+
+if __name__ == "__main__":
+    main()
