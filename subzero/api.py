@@ -132,10 +132,12 @@ class Run:
         return self.query_executor().query(q.direction, cells, q.start, q.path, q.to, method)
 
 
-def optimized_plan(wf: Workflow, home: Any) -> dict[str, list[str]]:
-    """The optimizer's plan for ``wf`` from the catalog's statistics (``--strategy optimized``)."""
+def optimized_plan(wf: Workflow, home: Any, max_disk: int | None = None
+                   ) -> dict[str, list[str]]:
+    """The optimizer's plan for ``wf`` from the catalog's statistics (``--strategy optimized``),
+    under ``max_disk`` bytes when given."""
     try:
         from optimizer.plan import plan_from_catalog
     except ImportError:
         raise SubZeroError("the strategy optimizer is not available in this installation") from None
-    return plan_from_catalog(wf, store.resolve_home(home))
+    return plan_from_catalog(wf, store.resolve_home(home), max_disk=max_disk)

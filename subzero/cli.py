@@ -116,13 +116,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     wf, inputs = _build_workflow(args)
     plan, plan_budget = _load_plan_file(args.plan) if args.plan else (None, None)
     strategy = args.strategy
+    max_disk = parse_size(args.max_disk, "--max-disk") if args.max_disk else plan_budget
+    label = None
     if strategy == "optimized" and plan is None:
         from subzero import api
 
-        plan = api.optimized_plan(wf, args.home)
-    max_disk = parse_size(args.max_disk, "--max-disk") if args.max_disk else plan_budget
+        plan = api.optimized_plan(wf, args.home, max_disk=max_disk)
+        label = "optimized"
+    elif plan is not None:
+        label = f"plan:{Path(args.plan).name}"
     res = run_workflow(
-        wf, home=args.home, inputs=inputs, strategy=strategy, plan=plan,
+        wf, home=args.home, inputs=inputs, strategy=strategy, plan=plan, label=label,
         chunking=Chunking.parse(args.chunks), master=args.master,
         progress=not args.json and sys.stderr.isatty(), max_disk=max_disk,
     )

@@ -308,6 +308,7 @@ def run_workflow(
     progress: bool = False,
     on_plan: Callable[[dict[str, list[Strategy]]], None] | None = None,
     max_disk: int | None = None,
+    label: str | None = None,
 ) -> RunResult:
     """Execute ``wf`` on Spark and record everything in the home's catalog.
 
@@ -321,6 +322,7 @@ def run_workflow(
     strategies (map where it had it, else black box) for this run; the catalog says so and
     queries re-execute it. The stored total at rest never exceeds the budget (while one
     stage runs, its shards may briefly take up to one operator's lineage more).
+    ``label`` names the run's strategy in the catalog (default: the strategy, or "plan").
     """
     from subzero.spark import get_spark, resolve_master
 
@@ -336,7 +338,7 @@ def run_workflow(
     if chunking.is_default:
         chunking = chunking.with_tasks(spark.sparkContext.defaultParallelism)
     cat = Catalog(home / "catalog.sqlite")
-    label = "plan" if plan is not None else strategy
+    label = label or ("plan" if plan is not None else strategy)
     rid = cat.create_run(
         wf.name, params=wf.params, strategy=label,
         plan={n: [s.name for s in ss] for n, ss in resolved.items()},

@@ -2,7 +2,7 @@
 
 >>> parse_size("100MB"), parse_size("1.5k"), parse_size(2048)
 (100000000, 1500, 2048)
->>> human_bytes(1536)
+>>> human_bytes(1500)
 '1.5 KB'
 """
 
@@ -31,11 +31,12 @@ def parse_size(text: str | int | float, what: str = "size") -> int:
 
 
 def human_bytes(n: float | None) -> str:
+    """Decimal units, like :func:`parse_size` (``10MB`` reads back as ``10.0 MB``)."""
     if n is None:
         return "-"
     n = float(n)
     for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1024 or unit == "TB":
+        if abs(n) < 1000 or unit == "TB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
+        n /= 1000
     return f"{n:.1f} TB"
