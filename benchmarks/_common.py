@@ -46,3 +46,28 @@ def emit(doc: dict[str, Any], out: str | None) -> None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(text + "\n")
     print(text)
+
+
+def grouped_log_bars(path: Path, groups: list[str], series: list[tuple[str, list[float]]],
+                     title: str, ylabel: str = "query time (s, log)") -> None:
+    """One PNG: for each group (a query) one bar per series (a strategy), log scale."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(groups)), 3.8))
+    width = 0.8 / max(1, len(series))
+    for k, (label, ys) in enumerate(series):
+        ax.bar(np.arange(len(groups)) + k * width, ys, width, label=label)
+    ax.set_xticks(np.arange(len(groups)) + 0.4 - width / 2)
+    ax.set_xticklabels(groups)
+    ax.set_yscale("log")
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=7, ncol=2)
+    ax.set_title(title)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)

@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import emit, parser, timed  # noqa: E402
+from _common import emit, grouped_log_bars, parser, timed  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -70,21 +70,11 @@ def plot(doc: dict, out: Path) -> None:
     fig.tight_layout()
     fig.savefig(out / "astronomy_overhead.png")
     plt.close(fig)
-    fig, ax = plt.subplots(figsize=(10, 3.8))
-    qs = [q for q in QUERIES] + ["FQ0slow"]
-    width = 0.8 / len(rows)
-    for k, r in enumerate(rows):
-        ys = [r["queries"].get(q, {}).get("median_s", np.nan) for q in qs]
-        ax.bar(np.arange(len(qs)) + k * width, ys, width, label=r["strategy"])
-    ax.set_xticks(np.arange(len(qs)) + 0.4 - width / 2)
-    ax.set_xticklabels(qs)
-    ax.set_yscale("log")
-    ax.set_ylabel("query time (s, log)")
-    ax.legend(fontsize=8)
-    ax.set_title("Astronomy: query costs per strategy (Fig. 5b)")
-    fig.tight_layout()
-    fig.savefig(out / "astronomy_queries.png")
-    plt.close(fig)
+    qs = [*QUERIES, "FQ0slow"]
+    grouped_log_bars(out / "astronomy_queries.png", qs,
+                     [(r["strategy"], [r["queries"].get(q, {}).get("median_s", np.nan)
+                                       for q in qs]) for r in rows],
+                     "Astronomy: query costs per strategy (Fig. 5b)")
 
 
 def main() -> None:

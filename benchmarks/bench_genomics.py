@@ -24,9 +24,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import emit, parser, timed  # noqa: E402
+from _common import emit, grouped_log_bars, parser, timed  # noqa: E402
 
-import numpy as np  # noqa: E402
 
 from subzero.api import Run  # noqa: E402
 from subzero.executor import load_run, run_workflow  # noqa: E402
@@ -75,37 +74,15 @@ def plot(doc: dict, out: Path) -> None:
     fig.savefig(out / "genomics_overhead.png")
     plt.close(fig)
     for key, title in (("static", "Fig. 6b: static"), ("dynamic", "Fig. 6c: dynamic")):
-        fig, ax = plt.subplots(figsize=(11, 3.8))
-        width = 0.8 / len(rows)
-        for k, r in enumerate(rows):
-            ys = [r["queries"][q][key]["median_s"] for q in QUERIES]
-            ax.bar(np.arange(len(QUERIES)) + k * width, ys, width, label=r["strategy"])
-        ax.set_xticks(np.arange(len(QUERIES)) + 0.4 - width / 2)
-        ax.set_xticklabels(QUERIES)
-        ax.set_yscale("log")
-        ax.set_ylabel("query time (s, log)")
-        ax.legend(fontsize=7, ncol=2)
-        ax.set_title(f"Genomics query costs ({title})")
-        fig.tight_layout()
-        fig.savefig(out / f"genomics_queries_{key}.png")
-        plt.close(fig)
+        grouped_log_bars(out / f"genomics_queries_{key}.png", list(QUERIES),
+                         [(r["strategy"], [r["queries"][q][key]["median_s"] for q in QUERIES])
+                          for r in rows], f"Genomics query costs ({title})")
     if doc.get("optimizer"):
-        rows = doc["optimizer"]
-        fig, ax = plt.subplots(figsize=(9, 3.8))
-        width = 0.8 / len(rows)
-        for k, r in enumerate(rows):
-            ys = [r["queries"][q]["dynamic"]["median_s"] for q in QUERIES]
-            ax.bar(np.arange(len(QUERIES)) + k * width, ys, width,
-                   label=f"SubZero{r['budget_mb']} ({r['lineage_bytes'] / 1e6:.1f} MB)")
-        ax.set_xticks(np.arange(len(QUERIES)) + 0.4 - width / 2)
-        ax.set_xticklabels(QUERIES)
-        ax.set_yscale("log")
-        ax.set_ylabel("query time (s, log)")
-        ax.legend(fontsize=7)
-        ax.set_title("Genomics: optimizer under disk budgets (Fig. 7)")
-        fig.tight_layout()
-        fig.savefig(out / "genomics_optimizer.png")
-        plt.close(fig)
+        grouped_log_bars(
+            out / "genomics_optimizer.png", list(QUERIES),
+            [(f"SubZero{r['budget_mb']} ({r['lineage_bytes'] / 1e6:.1f} MB)",
+              [r["queries"][q]["dynamic"]["median_s"] for q in QUERIES])
+             for r in doc["optimizer"]], "Genomics: optimizer under disk budgets (Fig. 7)")
 
 
 def main() -> None:

@@ -79,6 +79,26 @@ class NamedQuery:
     description: str = ""
 
 
+def parse_shape_param(value: Any, ndim: int = 2, minimum: int = 1) -> Shape:
+    """A workflow's shape parameter from the CLI (``"2001x513"``) or Python (a tuple).
+
+    >>> parse_shape_param("2001x513")
+    (2001, 513)
+    """
+    given = value
+    if isinstance(value, str):
+        value = value.lower().replace(",", "x").split("x")
+    try:
+        shape = tuple(int(v) for v in value)
+    except (TypeError, ValueError):
+        shape = ()
+    if len(shape) != ndim or min(shape) < minimum:
+        example = "x".join(["2001", "513"][:ndim]) if ndim <= 2 else "x".join(["8"] * ndim)
+        raise WorkflowError(f"shape must be {ndim} ints >= {minimum} like {example}. "
+                            f"Got {given!r}.")
+    return shape
+
+
 class Workflow:
     """A workflow specification (paper section IV: ``W = (N, E)``)."""
 

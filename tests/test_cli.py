@@ -12,7 +12,7 @@ from tests.conftest import run_cli
 @pytest.mark.parametrize("args, msg", [
     (["run", "nope"], "unknown workflow 'nope'"),
     (["run", "example", "--strategy", "fast"], "unknown strategy 'fast'"),
-    (["run", "example", "--param", "shape=3"], "shape must be two positive ints"),
+    (["run", "example", "--param", "shape=3"], "shape must be 2 ints >= 1"),
     (["run", "example", "--param", "colour=red"], "no parameter 'colour'"),
     (["run", "example", "--input", "image"], "--input 'image': expected NAME=VALUE"),
     (["run", "example", "--input", "sky=/x.npy"], "workflow 'example' has no input 'sky'"),

@@ -36,7 +36,7 @@ import numpy as np
 from operators import Binary, Cast, Copy, MaskReplace, MeanBroadcast, Reduce, Subarray
 from subzero.cells import Box
 from subzero.errors import WorkflowError
-from subzero.workflow import NamedQuery, Workflow
+from subzero.workflow import NamedQuery, Workflow, parse_shape_param
 from workflows.astro_data import (EXPOSURE_SHAPE, SKY, exposure_paths, generate_exposures,
                                   load_exposure)
 from workflows.astro_udfs import astronomy_udfs
@@ -52,19 +52,6 @@ _CHAIN = [
     ("addmaskattr", lambda: Copy(), ()),
     ("badpixrm", lambda: MaskReplace(90.0, bad_values=[0]), ("satmask",)),
 ]
-
-
-def _parse_shape(value: Any) -> tuple[int, int]:
-    given = value
-    if isinstance(value, str):
-        value = value.lower().replace(",", "x").split("x")
-    try:
-        shape = tuple(int(v) for v in value)
-    except (TypeError, ValueError):
-        shape = ()
-    if len(shape) != 2 or min(shape) < 8:
-        raise WorkflowError(f"shape must be two ints >= 8 like 2001x513. Got {given!r}.")
-    return shape  # type: ignore[return-value]
 
 
 def real_inputs() -> dict[str, str] | None:
@@ -96,7 +83,7 @@ def build(inputs: Mapping[str, str] | None = None, seed: Any = 0, shape: Any = N
     if mask not in ("and", "or"):
         raise WorkflowError(f"mask must be 'and' or 'or'. Got {mask!r}.")
     seed, sky, threshold = int(seed), float(sky), float(threshold)
-    shp = EXPOSURE_SHAPE if shape is None else _parse_shape(shape)
+    shp = EXPOSURE_SHAPE if shape is None else parse_shape_param(shape, minimum=8)
     if inputs and shape is not None and shp != EXPOSURE_SHAPE:
         raise WorkflowError("shape applies to generated exposures only")
     params = {"seed": seed, "shape": list(shp), "sky": sky, "threshold": threshold,

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from operators import Affine, Binary, Convolve, MeanBroadcast
-from subzero.workflow import Workflow
+from subzero.workflow import Workflow, parse_shape_param
 
 NAME = "example"
 DESCRIPTION = "calibrate, 3x3 smooth, subtract the global mean, threshold (generated image)"
@@ -27,21 +27,6 @@ DESCRIPTION = "calibrate, 3x3 smooth, subtract the global mean, threshold (gener
 GAIN = 2.0
 BIAS = 1000.0
 KERNEL = np.array([[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]]) / 16.0
-
-
-def parse_shape_param(value: Any) -> tuple[int, int]:
-    given = value
-    if isinstance(value, str):
-        value = value.lower().replace(",", "x").split("x")
-    try:
-        shape = tuple(int(v) for v in value)
-    except (TypeError, ValueError):
-        shape = ()
-    if len(shape) != 2 or min(shape) < 1:
-        from subzero.errors import WorkflowError
-
-        raise WorkflowError(f"shape must be two positive ints like 2001x513. Got {given!r}.")
-    return shape  # type: ignore[return-value]
 
 
 def generate_image(shape: tuple[int, int], seed: int = 0, n_stars: int | None = None) -> np.ndarray:

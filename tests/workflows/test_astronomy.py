@@ -32,7 +32,7 @@ def test_bad_parameters():
         astronomy.build(inputs={"exp1": "/x.fits"})
     with pytest.raises(WorkflowError, match="mask must be 'and' or 'or'"):
         astronomy.build(mask="xor")
-    with pytest.raises(WorkflowError, match="shape must be two ints"):
+    with pytest.raises(WorkflowError, match="shape must be 2 ints >= 8"):
         astronomy.build(shape="4x4")
 
 
