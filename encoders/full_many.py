@@ -1,0 +1,187 @@
+"""FullMany (paper VI-B, Figure 4.1): one entry per region pair holding both cell sets.
+
+Each entry (see :mod:`encoders.pairtable`) stores the pair's output cells and its input
+cells per input; an R-tree over the bounding boxes of the *key* cells (output cells when
+backward-optimized, input-``i`` cells per input when forward-optimized) finds the entries
+a frontier touches. An entry's output cells are stored once however many they are, which
+is why FullMany wins at high fanout; at fanout 1 the R-tree costs more than FullOne's
+index. Input sets of an input shaped like the output are stored relative to the entry's
+first output cell (smaller varints). Pairs with identical key sets merge into one entry.
+
+>>> FullMany("fwd").direction.value
+'fwd'
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from encoders import pairtable
+from encoders.base import EncodedShard, Encoding, Estimate, ShardData
+from encoders.codec import add_anchors, decode_sets, set_token_count, set_tokens
+from encoders.csr import (
+    interleave,
+    offsets_from_lengths,
+    row_ids,
+    segment_any,
+    take_rows,
+    union_by_owner,
+    uniq,
+)
+from encoders.frontier import as_query, lin_range_box, member, touches
+from encoders.full_one import drop_lineless
+from encoders.hashing import dedup_rows
+from encoders.pairs import spec_meta
+from encoders.varint import varint_encode
+from subzero.cells import Ragged
+from subzero.modes import Direction
+from subzero.runtime import PairBatch, ShardSpec
+
+
+def _rag(v: np.ndarray, o: np.ndarray) -> Ragged:
+    return Ragged(np.asarray(v, dtype=np.uint64), np.asarray(o, dtype=np.int64))
+
+
+def _take(r: Ragged, rows: np.ndarray) -> Ragged:
+    return _rag(*take_rows(r.values, r.offsets, rows))
+
+
+def _union(r: Ragged, group: np.ndarray, n: int) -> Ragged:
+    """Row ``g`` of the result = union of the rows of ``r`` in group ``g``."""
+    owner = group[row_ids(np.asarray(r.offsets, dtype=np.int64))]
+    return _rag(*union_by_owner(r.values, owner, n))
+
+
+def merge_entries(out: Ragged, ins: Sequence[Ragged], backward: bool
+                  ) -> tuple[Ragged, list[Ragged]]:
+    """Merge pairs whose key side is identical: ``(output sets, input sets per input)``."""
+    if backward:
+        kv, ko = out.values, out.offsets
+    else:
+        n = len(out)
+        parts = []
+        for r in ins:  # the key is the tuple of input sets: prefix each with its length
+            parts += [(r.lengths.astype(np.uint64), np.arange(n + 1, dtype=np.int64)),
+                      (np.asarray(r.values, dtype=np.uint64), r.offsets)]
+        kv, ko = interleave(parts)
+    inv, first = dedup_rows(np.asarray(kv, dtype=np.uint64), np.asarray(ko, dtype=np.int64))
+    if len(first) == len(out):
+        return out, list(ins)
+    e = len(first)
+    if backward:
+        return _take(out, first), [_union(r, inv, e) for r in ins]
+    return _union(out, inv, e), [_take(r, first) for r in ins]
+
+
+def input_sets(tok: np.ndarray, after_out: np.ndarray, anchors: np.ndarray,
+               in_shapes: Sequence[Sequence[int]], i: int) -> tuple[np.ndarray, np.ndarray]:
+    """Decode input ``i``'s cell sets (absolute, CSR) of entries whose output set ends at
+    token ``after_out`` and starts with cell ``anchors``."""
+    p = after_out
+    for s in range(i):
+        p = p + set_token_count(tok, p, len(in_shapes[s]))
+    v, o, rel, _ = decode_sets(tok, p, in_shapes[i])
+    return add_anchors(v, o, rel, anchors), o
+
+
+class FullMany(Encoding):
+    """Full lineage, one entry per region pair plus R-trees (see the module docstring).
+
+    ``relative`` is ``"auto"`` (relative input sets where shapes match) or ``"never"``.
+    """
+
+    name = "FullMany"
+    payload = False
+    directions = frozenset({Direction.BACKWARD, Direction.FORWARD})
+
+    def __init__(self, direction: Direction | str = Direction.BACKWARD,
+                 relative: str = "auto") -> None:
+        super().__init__(Direction(direction))
+        self.relative = relative
+
+    def encode(self, pairs: PairBatch | None, spec: ShardSpec) -> EncodedShard:
+        meta = spec_meta(spec, self.name, self.direction.value)
+        if pairs is not None:
+            pairs = drop_lineless(pairs)
+        if pairs is None or len(pairs) == 0:
+            return EncodedShard(meta=dict(meta, empty=True))
+        bwd = self.direction is Direction.BACKWARD
+        out, ins = merge_entries(_rag(pairs.out.values, pairs.out.offsets),
+                                 [_rag(r.values, r.offsets) for r in pairs.ins], bwd)
+        rel = [self.relative != "never" and tuple(s) == tuple(spec.out_shape)
+               for s in spec.in_shapes]
+        anchors = out.values[out.offsets[:-1]]
+        parts = [set_tokens(out.values, out.offsets, spec.out_shape)]
+        parts += [set_tokens(r.values, r.offsets, s, anchors if rl else None)
+                  for r, s, rl in zip(ins, spec.in_shapes, rel)]
+        tok, toff = interleave(parts)
+        b, blen = varint_encode(tok)
+        body_off = offsets_from_lengths(blen)[toff]
+        if bwd:
+            trees = [pairtable.spatial_index("out", out, spec.out_shape)]
+            spaces = {"out": lin_range_box(out.values, spec.out_shape)}
+        else:
+            trees = [pairtable.spatial_index(f"in{i}", r, s)
+                     for i, (r, s) in enumerate(zip(ins, spec.in_shapes))]
+            spaces = {f"in{i}": lin_range_box(r.values, s)
+                      for i, (r, s) in enumerate(zip(ins, spec.in_shapes))}
+        meta.update(empty=False, entries=int(len(out)), records=int(len(out)), relative=rel,
+                    key_spaces=spaces, merged=int(len(pairs) - len(out)))
+        return EncodedShard(tables=[pairtable.entry_table(b, body_off)], rtrees=trees,
+                            meta=meta)
+
+    # -- lookups ---------------------------------------------------------------------------
+    def _query(self, shard: ShardData, q: np.ndarray, key: int, target: int,
+               deadline: float | None) -> np.ndarray:
+        """Cells of set ``target`` of the entries whose set ``key`` meets ``q``
+        (set -1 is the output cells, ``i >= 0`` input ``i``)."""
+        m = shard.meta
+        if m.get("empty") or len(q) == 0:
+            return np.empty(0, dtype=np.uint64)
+        out_shape, in_shapes = m["out_shape"], m["in_shapes"]
+        key_shape = out_shape if key < 0 else in_shapes[key]
+        keyed = (self.direction is Direction.BACKWARD) == (key < 0)
+        if keyed:
+            tree = "out" if key < 0 else f"in{key}"
+            if not touches(q, m["key_spaces"].get(tree), key_shape):
+                return np.empty(0, dtype=np.uint64)
+            ids = pairtable.candidates(shard, tree, q, key_shape)
+            if ids is not None and len(ids) == 0:
+                return np.empty(0, dtype=np.uint64)
+        else:
+            ids = None  # mismatched direction: scan every entry
+        res = []
+        for batch in pairtable.entries(shard, ids, deadline):
+            tok, toff, _ = pairtable.tokens(batch)
+            ov, oo, _, after_out = decode_sets(tok, toff[:-1], out_shape)
+            anchors = ov[oo[:-1]]
+            if key < 0:
+                hit = segment_any(member(q, ov), oo)
+            else:
+                kv, ko = input_sets(tok, after_out, anchors, in_shapes, key)
+                hit = segment_any(member(q, kv), ko)
+            rows = np.flatnonzero(hit)
+            if len(rows) == 0:
+                continue
+            if target < 0:
+                res.append(take_rows(ov, oo, rows)[0])
+            else:
+                res.append(input_sets(tok, after_out[rows], anchors[rows], in_shapes,
+                                      target)[0])
+        return uniq(np.concatenate(res)) if res else np.empty(0, dtype=np.uint64)
+
+    def backward(self, shard: ShardData, out_lin: np.ndarray, i: int,
+                 deadline: float | None = None) -> np.ndarray:
+        return self._query(shard, as_query(out_lin), -1, i, deadline)
+
+    def forward(self, shard: ShardData, in_lin: np.ndarray, i: int,
+                deadline: float | None = None) -> np.ndarray:
+        return self._query(shard, as_query(in_lin), i, -1, deadline)
+
+    def estimate(self, pairs: int, out_cells: int, fanin: float, payload_bytes: float = 0.0,
+                 n_inputs: int = 1) -> Estimate:
+        from encoders.cost import estimate_full_many
+
+        return estimate_full_many(self.direction, pairs, out_cells, fanin, n_inputs)

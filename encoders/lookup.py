@@ -1,0 +1,147 @@
+"""Batched lineage lookups on published shards (the query executor's entry point).
+
+>>> r = open_shard(path)                      # doctest: +SKIP
+>>> r.backward(np.array([5, 9], np.uint64), 0)  # doctest: +SKIP
+array([4, 5, 6, 8, 9, 10], dtype=uint64)
+
+Every call answers a whole frontier (sorted unique uint64 linear indices) in one pass per
+shard: a shard whose key cells the frontier does not touch is skipped from its metadata;
+the matched direction reads only the index runs (FullOne/PayOne) or R-tree hits
+(FullMany/PayMany) the frontier touches; the other direction scans the shard. ``deadline``
+(a ``time.perf_counter()`` value) is checked between shards and inside scans; passing it
+raises :class:`LookupTimeout`, the query executor's cue to re-execute instead.
+
+A :class:`ShardReader` keeps its LMDB environment open (read-only, no locks) until
+``close()``; it is not thread-safe.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from encoders.base import LookupTimeout, check_deadline
+from encoders.csr import uniq
+from encoders.frontier import as_query
+from encoders.registry import encoding_class
+from encoders.store import LmdbShard, read_meta
+from subzero.cells import Box
+from subzero.errors import QueryError
+from subzero.modes import Direction, Mode, Strategy
+from subzero.runtime import PairBatch
+
+
+class ShardReader:
+    """One published shard, open for lookups.
+
+    Attributes: ``strategy`` (:class:`Strategy`), ``out_box`` (:class:`Box` of the output
+    chunk), ``out_shape``, ``in_shapes``, ``path``, ``meta`` (the shard's metadata).
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self.meta = read_meta(self.path)
+        self.strategy = Strategy.parse(self.meta["strategy"])
+        lo, hi = self.meta["out_box"]
+        self.out_box = Box(tuple(lo), tuple(hi))
+        self.out_shape = tuple(self.meta["out_shape"])
+        self.in_shapes = tuple(tuple(s) for s in self.meta["in_shapes"])
+        self.encoding = encoding_class(self.meta["encoding"])(Direction(self.meta["direction"]))
+        self._data = LmdbShard(self.path, self.meta)
+
+    @property
+    def full(self) -> bool:
+        return self.strategy.mode is Mode.FULL
+
+    def _input(self, i: int) -> int:
+        if not 0 <= int(i) < len(self.in_shapes):
+            raise QueryError(f"input {i} is out of range: operator {self.meta['op']!r} has "
+                             f"{len(self.in_shapes)} input(s)")
+        return int(i)
+
+    def backward(self, out_lin: np.ndarray, i: int, deadline: float | None = None
+                 ) -> np.ndarray:
+        """Input-``i`` cells (sorted unique uint64) of the output cells ``out_lin``."""
+        if not self.full:
+            raise QueryError(f"shard {self.path} stores {self.strategy.name} lineage; "
+                             "use payload_pairs")
+        check_deadline(deadline)
+        return self.encoding.backward(self._data, as_query(out_lin), self._input(i), deadline)
+
+    def forward(self, in_lin: np.ndarray, i: int, deadline: float | None = None
+                ) -> np.ndarray:
+        """Output cells (sorted unique uint64) depending on input-``i`` cells ``in_lin``."""
+        if not self.full:
+            raise QueryError(f"shard {self.path} stores {self.strategy.name} lineage; "
+                             "use payload_pairs")
+        check_deadline(deadline)
+        return self.encoding.forward(self._data, as_query(in_lin), self._input(i), deadline)
+
+    def payload_pairs(self, out_lin: np.ndarray | None, deadline: float | None = None
+                      ) -> PairBatch | None:
+        """Payload pairs meeting ``out_lin``, restricted to those output cells; every pair
+        when ``out_lin`` is None (forward queries scan and apply ``map_p``)."""
+        if self.full:
+            raise QueryError(f"shard {self.path} stores full lineage; use backward/forward")
+        check_deadline(deadline)
+        q = None if out_lin is None else as_query(out_lin)
+        return self.encoding.payload_pairs(self._data, q, deadline)
+
+    def close(self) -> None:
+        self._data.close()
+
+    def __enter__(self) -> "ShardReader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_shard(path: str | os.PathLike) -> ShardReader:
+    """Open a published shard for lookups (reads its metadata)."""
+    return ShardReader(path)
+
+
+def _each(paths: Iterable[str | os.PathLike], deadline: float | None) -> Iterable[ShardReader]:
+    for p in paths:
+        check_deadline(deadline)
+        r = open_shard(p)
+        try:
+            yield r
+        finally:
+            r.close()
+
+
+def _union(parts: list[np.ndarray]) -> np.ndarray:
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return np.empty(0, dtype=np.uint64)
+    return uniq(np.concatenate(parts))
+
+
+def backward(paths: Iterable[str | os.PathLike], out_lin: np.ndarray, i: int,
+             deadline: float | None = None) -> np.ndarray:
+    """Union of :meth:`ShardReader.backward` over shards (sorted unique uint64)."""
+    q = as_query(out_lin)
+    return _union([r.backward(q, i, deadline) for r in _each(paths, deadline)])
+
+
+def forward(paths: Iterable[str | os.PathLike], in_lin: np.ndarray, i: int,
+            deadline: float | None = None) -> np.ndarray:
+    """Union of :meth:`ShardReader.forward` over shards (sorted unique uint64)."""
+    q = as_query(in_lin)
+    return _union([r.forward(q, i, deadline) for r in _each(paths, deadline)])
+
+
+def payload_pairs(paths: Iterable[str | os.PathLike], out_lin: np.ndarray | None,
+                  deadline: float | None = None) -> PairBatch | None:
+    """:meth:`ShardReader.payload_pairs` of every shard, concatenated (None if none)."""
+    q = None if out_lin is None else as_query(out_lin)
+    return PairBatch.concat([r.payload_pairs(q, deadline) for r in _each(paths, deadline)])
+
+
+__all__ = ["open_shard", "ShardReader", "backward", "forward", "payload_pairs",
+           "LookupTimeout"]

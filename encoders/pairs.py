@@ -1,0 +1,135 @@
+"""Region-pair batches as encoders need them: canonical rows, statistics, key grouping.
+
+>>> import numpy as np
+>>> from subzero.cells import Ragged
+>>> from subzero.runtime import PairBatch, ShardSpec
+>>> b = PairBatch(Ragged.from_rows([[3, 1, 1], [2]]), ins=(Ragged.from_rows([[9, 8], [7]]),))
+>>> c = canonical(b)
+>>> c.out.values.tolist(), c.ins[0].values.tolist()
+([1, 3, 2], [8, 9, 7])
+>>> pair_stats(c)["fanin"]   # (2 out cells x 2 in + 1 x 1) / 3 out cells
+1.6666666666666667
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from encoders.csr import (
+    canonical_rows,
+    gather_index,
+    row_ids,
+    take_rows,
+    union_by_owner,
+)
+from subzero.cells import Ragged
+from subzero.runtime import PairBatch, ShardSpec
+
+
+def _canon(r: Ragged) -> Ragged:
+    v, o = canonical_rows(np.asarray(r.values, dtype=np.uint64),
+                          np.asarray(r.offsets, dtype=np.int64))
+    return Ragged(v, o)
+
+
+def canonical(batch: PairBatch) -> PairBatch:
+    """The batch with every cell set sorted and duplicate-free (payloads untouched)."""
+    out = _canon(batch.out)
+    if batch.is_payload:
+        pay = Ragged(np.asarray(batch.payload.values, dtype=np.uint8),
+                     np.asarray(batch.payload.offsets, dtype=np.int64))
+        return PairBatch(out, payload=pay)
+    return PairBatch(out, ins=tuple(_canon(r) for r in batch.ins))
+
+
+def pair_stats(batch: PairBatch | None) -> dict[str, Any]:
+    """Statistics of the pairs a task wrote (canonical, before any merging), for the catalog.
+
+    - ``pairs``: region pairs written;
+    - ``out_cells`` / ``in_cells``: cells over all pairs (a cell in two pairs counts twice;
+      ``in_cells`` sums every input);
+    - ``fanin``: mean number of input cells (all inputs together) per output cell, weighting
+      each pair by its output cells: ``sum_k |out_k| * |in_k| / sum_k |out_k|``. It is the
+      mean size of one output cell's backward lineage before deduplication (0 for payload
+      pairs, which store no input cells);
+    - ``fanout``: mean output cells per pair, ``out_cells / pairs``;
+    - ``payload_bytes``: mean payload bytes per pair (payload pairs only).
+    """
+    if batch is None or len(batch) == 0:
+        return {"pairs": 0, "out_cells": 0, "in_cells": 0, "fanin": 0.0, "fanout": 0.0,
+                "payload_bytes": 0.0}
+    n = len(batch)
+    olen = batch.out.lengths.astype(np.float64)
+    out_cells = int(olen.sum())
+    st: dict[str, Any] = {"pairs": n, "out_cells": out_cells,
+                          "fanout": out_cells / n if n else 0.0}
+    if batch.is_payload:
+        st.update(in_cells=0, fanin=0.0,
+                  payload_bytes=float(batch.payload.lengths.mean()) if n else 0.0)
+    else:
+        ilen = sum(r.lengths.astype(np.float64) for r in batch.ins)
+        st.update(in_cells=int(np.sum(ilen)),
+                  fanin=float((olen * ilen).sum() / out_cells) if out_cells else 0.0,
+                  payload_bytes=0.0)
+    return st
+
+
+@dataclass
+class KeyGroups:
+    """Distinct key cells of one side of a batch, each with ONE source row.
+
+    ``keys`` are sorted unique; ``src[k]`` is the row of each value side (in ``values``)
+    holding key ``k``'s lineage. Keys that occur in one pair point at that pair's row; a key
+    occurring in several pairs (a collision) points at an extra row appended after the pairs
+    holding the union of their sets (the paper's decode, union, re-encode).
+    """
+
+    keys: np.ndarray
+    src: np.ndarray
+    values: list[Ragged]
+    collisions: int
+
+
+def group_keys(key_side: Ragged, value_sides: Sequence[Ragged]) -> KeyGroups:
+    """Group key cells across pairs and merge the value sets of colliding keys."""
+    kv = np.asarray(key_side.values, dtype=np.uint64)
+    kp = row_ids(np.asarray(key_side.offsets, dtype=np.int64))
+    n_pairs = len(key_side)
+    order = np.argsort(kv, kind="stable")
+    sk, sp = kv[order], kp[order]
+    first = np.ones(len(sk), dtype=bool)
+    first[1:] = sk[1:] != sk[:-1]
+    starts = np.flatnonzero(first)
+    keys = sk[starts]
+    counts = np.diff(np.append(starts, len(sk)))
+    src = sp[starts].astype(np.int64)
+    multi = np.flatnonzero(counts > 1)
+    values = [Ragged(np.asarray(v.values, dtype=np.uint64), np.asarray(v.offsets, np.int64))
+              for v in value_sides]
+    if len(multi):
+        # incidences (collision index, pair) of every colliding key
+        inc_owner = np.repeat(np.arange(len(multi), dtype=np.int64), counts[multi])
+        inc_pair = sp[gather_index(starts[multi], counts[multi])]
+        merged = []
+        for v in values:
+            gv, go = take_rows(v.values, v.offsets, inc_pair)
+            owner = np.repeat(inc_owner, np.diff(go))
+            mv, mo = union_by_owner(gv, owner, len(multi))
+            merged.append(Ragged(np.concatenate([v.values, mv]),
+                                 np.concatenate([v.offsets, v.offsets[-1] + mo[1:]])))
+        values = merged
+        src[multi] = n_pairs + np.arange(len(multi), dtype=np.int64)
+    return KeyGroups(keys, src, values, int(len(multi)))
+
+
+def spec_meta(spec: ShardSpec, encoding: str, direction: str) -> dict[str, Any]:
+    """The metadata every shard carries (what ``open_shard`` reads back)."""
+    return {
+        "encoding": encoding, "direction": direction, "strategy": spec.strategy.name,
+        "run": spec.run, "op": spec.op, "chunk": list(spec.chunk),
+        "out_box": [list(spec.out_box.lo), list(spec.out_box.hi)],
+        "out_shape": list(spec.out_shape), "in_shapes": [list(s) for s in spec.in_shapes],
+    }

@@ -1,0 +1,111 @@
+"""PayOne (paper VI-B, Figure 4.4): one entry per output cell holding its payload.
+
+The cell index ``k`` (see :mod:`encoders.cellindex`) maps every output cell to a record in
+the heap holding its payload list. The paper duplicates the payload in every entry; here
+identical payload lists are one shared record, so an operator whose payloads come from a
+small vocabulary (a radius, a flag) costs about two bytes per output cell. Payloads cannot
+be keyed by input cells, so PayOne is backward-optimized only; forward queries read every
+pair (``payload_pairs(None)``) and apply ``map_p``, as the paper says.
+
+>>> PayOne().directions == frozenset({Direction.BACKWARD})
+True
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from encoders import cellindex
+from encoders.base import EncodedShard, Encoding, Estimate, ShardData, check_deadline
+from encoders.csr import take_rows, uniq_inverse
+from encoders.frontier import lin_range_box, touches
+from encoders.hashing import dedup_rows
+from encoders.pairs import group_keys, spec_meta
+from encoders.payloads import join_bytes, payload_ids, read_section, section_tokens
+from subzero.cells import Ragged
+from subzero.modes import Direction
+from subzero.runtime import PairBatch, ShardSpec
+
+HEAP = "heap"
+
+
+def keep_nonempty(pairs: PairBatch) -> PairBatch:
+    """Payload pairs without output cells carry no lineage: drop them."""
+    keep = pairs.out.lengths > 0
+    if keep.all():
+        return pairs
+    rows = np.flatnonzero(keep)
+    return PairBatch(pairs.out.take(rows), payload=pairs.payload.take(rows))
+
+
+def group_cells_by_ref(cells: np.ndarray, refs: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(distinct refs, cells sorted by ref, CSR offsets of each ref's cells)``."""
+    order = np.lexsort((cells, refs))
+    c, r = cells[order], refs[order]
+    first = np.ones(len(r), dtype=bool)
+    first[1:] = r[1:] != r[:-1]
+    starts = np.flatnonzero(first)
+    return r[starts], c, np.append(starts, len(r)).astype(np.int64)
+
+
+class PayOne(Encoding):
+    """Payload lineage, one index entry per output cell (see the module docstring)."""
+
+    name = "PayOne"
+    payload = True
+    directions = frozenset({Direction.BACKWARD})
+
+    def encode(self, pairs: PairBatch | None, spec: ShardSpec) -> EncodedShard:
+        meta = spec_meta(spec, self.name, self.direction.value)
+        if pairs is not None:
+            pairs = keep_nonempty(pairs)
+        if pairs is None or len(pairs) == 0:
+            return EncodedShard(meta=dict(meta, empty=True))
+        pid, first = payload_ids(pairs.payload)
+        g = group_keys(pairs.out, [Ragged.from_singletons(pid.astype(np.uint64))])
+        ext = g.values[0]
+        # one record per distinct payload list; keys share them
+        rinv, rfirst = dedup_rows(ext.values, ext.offsets)
+        key_list = rinv[g.src]
+        used, key_rec, _ = uniq_inverse(key_list)
+        lv, lo = take_rows(ext.values, ext.offsets, rfirst[used])
+        (tok, toff), raw = section_tokens(lv, lo, pairs.payload, first)
+        body, boff = join_bytes(tok, toff, raw)
+        heap, hoff = cellindex.build_heap(body, boff)
+        refs = hoff[key_rec.reshape(-1)].astype(np.uint64)
+        meta.update(empty=False, key_spaces={"k": lin_range_box(g.keys, spec.out_shape)},
+                    keys=int(len(g.keys)), records=int(len(used)), payloads=int(len(first)),
+                    heap_bytes=int(len(heap)), collisions=int(g.collisions))
+        return EncodedShard(tables=[cellindex.index_table("k", g.keys, refs)],
+                            blobs={HEAP: heap}, meta=meta)
+
+    def payload_pairs(self, shard: ShardData, out_lin: np.ndarray | None,
+                      deadline: float | None = None) -> PairBatch | None:
+        m = shard.meta
+        if m.get("empty"):
+            return None
+        if out_lin is None:
+            got = list(cellindex.scan(shard, "k", deadline))
+            cells = np.concatenate([c for c, _ in got]) if got else np.empty(0, np.uint64)
+            refs = np.concatenate([r for _, r in got]) if got else np.empty(0, np.uint64)
+        else:
+            if not touches(out_lin, m["key_spaces"]["k"], m["out_shape"]):
+                return None
+            cells, refs = cellindex.lookup(shard, "k", out_lin, deadline)
+        if len(cells) == 0:
+            return None
+        check_deadline(deadline)
+        uref, c, coff = group_cells_by_ref(cells, refs)
+        body, boff = cellindex.read_records(shard.blob(HEAP), uref)
+        tok, toff, ends = cellindex.record_tokens(body, boff)
+        npay, payloads = read_section(body, tok, ends, toff[:-1])
+        rows = np.repeat(np.arange(len(uref)), npay)
+        ov, oo = take_rows(c, coff, rows)
+        return PairBatch(Ragged(ov, oo), payload=payloads)
+
+    def estimate(self, pairs: int, out_cells: int, fanin: float, payload_bytes: float = 0.0,
+                 n_inputs: int = 1) -> Estimate:
+        from encoders.cost import estimate_pay_one
+
+        return estimate_pay_one(pairs, out_cells, payload_bytes)

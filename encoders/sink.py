@@ -1,0 +1,87 @@
+"""The lineage sink the executor writes through: buffer, encode, write, publish.
+
+``subzero.runtime.make_sink(spec)`` returns a :class:`ShardSink` for every stored strategy
+(``encoders/__init__.py`` registers the factory per encoding). A task calls ``write(batch)``
+any number of times, then ``close()``, which encodes everything it was given as ONE shard
+(colliding keys from different writes are merged like any others) and publishes it; or
+``abort()``, which leaves nothing behind.
+
+>>> sink = make_shard_sink(spec)            # doctest: +SKIP
+>>> sink.write(batch); stats = sink.close()  # doctest: +SKIP
+>>> sorted(stats)[:4]                        # doctest: +SKIP
+['attempt', 'data_bytes', 'encode_s', 'fanin']
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from encoders.base import Encoding
+from encoders.pairs import canonical, pair_stats
+from encoders.registry import encoding_for
+from encoders.store import ShardWriter
+from subzero.modes import Mode
+from subzero.runtime import LineageSink, PairBatch, ShardSpec
+
+
+class ShardSink(LineageSink):
+    """Stores one task's pairs for one strategy as one shard (see the module docstring).
+
+    ``close()`` returns plain data for the catalog's ``shards`` table: ``path`` (the
+    published directory), ``data_bytes`` (LMDB file), ``index_bytes`` (R-tree files),
+    ``pairs``, ``out_cells``, ``in_cells``, ``fanin``, ``fanout`` (defined in
+    :func:`encoders.pairs.pair_stats`), ``encode_s`` (seconds in ``close``: encoding,
+    writing and publishing), ``attempt``; and, beyond the catalog's columns, ``write_s``
+    (the LMDB/R-tree part of ``encode_s``), ``payload_bytes`` and ``records``.
+    """
+
+    def __init__(self, spec: ShardSpec, encoding: Encoding | None = None) -> None:
+        self.spec = spec
+        self.encoding = encoding or encoding_for(spec.strategy)
+        self.batches: list[PairBatch] = []
+        self.writer: ShardWriter | None = None
+        self._payload = spec.strategy.mode in (Mode.PAY, Mode.COMP)
+
+    def write(self, batch: PairBatch) -> None:
+        if batch is None or len(batch) == 0:
+            return
+        if batch.is_payload != self._payload:
+            raise TypeError(f"strategy {self.spec.strategy.name} stores "
+                            f"{'payload' if self._payload else 'full'} pairs; got "
+                            f"{'payload' if batch.is_payload else 'full'} pairs")
+        if not batch.is_payload and len(batch.ins) != len(self.spec.in_shapes):
+            raise TypeError(f"pairs carry {len(batch.ins)} inputs; operator {self.spec.op} "
+                            f"has {len(self.spec.in_shapes)}")
+        self.batches.append(batch)
+
+    def close(self) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        pairs = PairBatch.concat(self.batches)
+        self.batches = []
+        if pairs is not None:
+            pairs = canonical(pairs)
+        stats = pair_stats(pairs)
+        enc = self.encoding.encode(pairs, self.spec)
+        stats["records"] = int(enc.meta.get("records", enc.meta.get("entries", 0)))
+        self.writer = ShardWriter(self.spec)
+        try:
+            stats["encode_s"] = time.perf_counter() - t0  # meta.json: encoding so far
+            out = self.writer.write(enc, stats)
+        except BaseException:
+            self.writer.abort()
+            raise
+        out["encode_s"] = time.perf_counter() - t0
+        self.writer = None
+        return out
+
+    def abort(self) -> None:
+        self.batches = []
+        if self.writer is not None:
+            self.writer.abort()
+            self.writer = None
+
+
+def make_shard_sink(spec: ShardSpec) -> ShardSink:
+    """The factory registered with :func:`subzero.runtime.register_sink`."""
+    return ShardSink(spec)

@@ -1,0 +1,403 @@
+"""The shard store: LMDB environments and on-disk R-trees, written once, published atomically.
+
+A shard is one directory ``<home>/runs/<run>/lineage/<op>/<strategy>/<chunk key>/``::
+
+    data.mdb             LMDB environment (named databases: tables and blobs)
+    rtree_<name>.dat/.idx  R-trees of the *Many encodings (libspatialindex, bulk-loaded)
+    meta.json            metadata (strategy, shapes, key boxes, statistics); written last
+
+Writing (:class:`ShardWriter`):
+
+- the shard is built in a temporary sibling directory
+  ``.tmp.<chunk>.<attempt>.<host>.<pid>.<uuid>``, every table in ONE LMDB write
+  transaction with sorted keys in append mode (no page splits: pages fill up), R-trees
+  bulk-loaded (STR) with nodes sized to fill a 4 KiB page;
+- the LMDB map starts at an estimate from the encoded sizes and doubles on ``MapFullError``
+  (the transaction is retried), so a shard never fails for lack of map space;
+- fsync is off, as in the paper (VI-A): lineage is a cache that re-execution can rebuild;
+- the directory is published by ``rename``. A published shard from an earlier attempt is
+  swapped out (renamed aside, then removed), so a retried task replaces rather than
+  duplicates lineage; a shard of a *later* attempt is never replaced by an earlier one.
+  A writer killed at any point leaves only a ``.tmp.*`` directory, which readers never see
+  and the next writer of that chunk on the same host removes.
+
+Reading (:class:`LmdbShard`): read-only, without locks (``lock=False``: shards are immutable
+once published), one long-lived read transaction with zero-copy buffers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+import lmdb
+import numpy as np
+
+from encoders.base import EncodedShard, ShardData, SpatialIndex
+from encoders.csr import offsets_from_lengths, uniq
+from subzero.cells import Ragged
+from subzero.chunking import chunk_key
+from subzero.runtime import ShardSpec
+
+META = "meta.json"
+DATA = "data.mdb"
+BLOBS = "blobs"
+FORMAT = 1
+_PAGE = 4096
+
+
+def shard_dir(spec: ShardSpec) -> Path:
+    """``<home>/runs/<run>/lineage/<op>/<strategy name>/<chunk key>``."""
+    return (Path(spec.home) / "runs" / spec.run / "lineage" / spec.op / spec.strategy.name
+            / chunk_key(spec.chunk))
+
+
+def _key_bytes(keys: np.ndarray) -> list[bytes]:
+    """8-byte big-endian keys as a list of bytes objects (what py-lmdb's putmulti takes)."""
+    return np.ascontiguousarray(keys, dtype=">u8").view("V8").tolist()
+
+
+def _estimate_map(enc: EncodedShard) -> int:
+    n = 0
+    for t in enc.tables:
+        n += t.nbytes + 24 * len(t.keys)  # node headers, page pointers, slack
+    n += sum(int(b.size) + _PAGE for b in enc.blobs.values())
+    return int(n * 1.5) + (1 << 20)
+
+
+def _write_lmdb(path: Path, enc: EncodedShard) -> dict[str, Any]:
+    """Write every table and blob in one transaction; returns LMDB statistics."""
+    map_size = _estimate_map(enc)
+    while True:
+        env = lmdb.open(str(path), map_size=map_size, subdir=True, max_dbs=len(enc.tables) + 1,
+                        lock=False, sync=False, metasync=False, readahead=False)
+        try:
+            with env.begin(write=True) as txn:
+                stats: dict[str, Any] = {}
+                for t in enc.tables:
+                    db = env.open_db(t.name.encode(), txn=txn, dupsort=t.dupfixed,
+                                     dupfixed=t.dupfixed)
+                    if t.dupfixed:
+                        w = t.items.shape[1]
+                        vals = np.ascontiguousarray(t.items).view(f"V{w}").reshape(-1).tolist()
+                    else:
+                        buf = t.values.values.tobytes()
+                        o = t.values.offsets.tolist()
+                        vals = [buf[a:b] for a, b in zip(o[:-1], o[1:])]
+                    cur = txn.cursor(db)
+                    consumed, added = cur.putmulti(zip(_key_bytes(t.keys), vals), append=True)
+                    if added != len(t.keys):  # pragma: no cover - would be an encoder bug
+                        raise RuntimeError(f"table {t.name}: {added} of {len(t.keys)} "
+                                           "entries written (keys not sorted?)")
+                    stats[t.name] = txn.stat(db)
+                if enc.blobs:
+                    db = env.open_db(BLOBS.encode(), txn=txn)
+                    for name in sorted(enc.blobs):
+                        txn.put(name.encode(), np.ascontiguousarray(enc.blobs[name]).tobytes(),
+                                db=db, append=True)
+                    stats[BLOBS] = txn.stat(db)
+            env.close()
+            return stats
+        except lmdb.MapFullError:
+            env.close()
+            map_size *= 2  # the aborted transaction left nothing behind; retry bigger
+
+
+def _rtree_props(ndim: int, path: str | None = None) -> Any:
+    from rtree import index
+
+    p = index.Property()
+    p.dimension = ndim
+    p.pagesize = _PAGE
+    # a node serializes 3 ints + its MBR, then per child an MBR, an id and a length:
+    # size the nodes so a full one fits one page (the default 100 needs two)
+    child = 16 * ndim + 12
+    cap = max(4, (_PAGE - 12 - 32 * ndim) // child)
+    p.leaf_capacity = cap
+    p.index_capacity = cap
+    p.fill_factor = 0.99
+    if path is not None:
+        p.storage = index.RT_Disk
+        p.overwrite = True
+    return p
+
+
+def _write_rtree(base: Path, sp: SpatialIndex) -> None:
+    from rtree import index
+
+    d = sp.mins.shape[1]
+    p = _rtree_props(d, str(base))
+    idx = index.Index(str(base), (np.ascontiguousarray(sp.ids, dtype=np.int64),
+                                  np.ascontiguousarray(sp.mins, dtype=np.float64),
+                                  np.ascontiguousarray(sp.maxs, dtype=np.float64)),
+                      properties=p)
+    idx.close()
+
+
+def _dir_bytes(path: Path, prefix: str) -> int:
+    return sum(f.stat().st_size for f in path.iterdir() if f.name.startswith(prefix))
+
+
+def _read_meta(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((path / META).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover
+        return True
+    return True
+
+
+def _host() -> str:
+    """This host's name without dots (dots separate the fields of temporary names)."""
+    return socket.gethostname().replace(".", "_") or "host"
+
+
+def _remove_stale_tmp(parent: Path, chunk: str, keep: Path) -> None:
+    """Remove temporary and set-aside shards of ``chunk`` left by dead writers on this host
+    (names end in ``.<host>.<pid>.<uuid>``; chunk keys contain dots, so parse from the end)."""
+    host = _host()
+    for p in [*parent.glob(f".tmp.{chunk}.*"), *parent.glob(f".old.{chunk}.*")]:
+        if p == keep:
+            continue
+        parts = p.name.split(".")
+        try:
+            pid, phost = int(parts[-2]), parts[-3]
+        except (ValueError, IndexError):
+            continue
+        if phost == host and not _pid_alive(pid):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+class ShardWriter:
+    """Builds one shard in a temporary directory and publishes it (or discards it)."""
+
+    def __init__(self, spec: ShardSpec) -> None:
+        self.spec = spec
+        self.dest = shard_dir(spec)
+        self.tmp: Path | None = None
+
+    def _make_tmp(self) -> Path:
+        parent = self.dest.parent
+        parent.mkdir(parents=True, exist_ok=True)
+        name = (f".tmp.{self.dest.name}.{self.spec.attempt}.{_host()}."
+                f"{os.getpid()}.{uuid.uuid4().hex[:8]}")
+        self.tmp = parent / name
+        self.tmp.mkdir()
+        return self.tmp
+
+    def write(self, enc: EncodedShard, stats: dict[str, Any]) -> dict[str, Any]:
+        """Write and publish; returns ``stats`` completed with path and byte counts."""
+        tmp = self._make_tmp()
+        meta = dict(enc.meta)
+        meta["tables"] = {t.name: "dupfixed" if t.dupfixed else "plain" for t in enc.tables}
+        meta["item_bytes"] = {t.name: int(t.items.shape[1]) for t in enc.tables if t.dupfixed}
+        meta["rtree_dims"] = {sp.name: int(sp.mins.shape[1]) for sp in enc.rtrees}
+        t0 = time.perf_counter()
+        if enc.tables or enc.blobs:
+            meta["lmdb"] = _write_lmdb(tmp, enc)
+        for sp in enc.rtrees:
+            if len(sp.ids):  # an empty tree is simply absent
+                _write_rtree(tmp / f"rtree_{sp.name}", sp)
+        stats = dict(stats)
+        stats["data_bytes"] = _dir_bytes(tmp, "data.mdb")
+        stats["index_bytes"] = _dir_bytes(tmp, "rtree_")
+        stats["write_s"] = time.perf_counter() - t0
+        stats["attempt"] = int(self.spec.attempt)
+        meta["format"] = FORMAT
+        meta["attempt"] = int(self.spec.attempt)
+        meta["files"] = {f.name: f.stat().st_size for f in tmp.iterdir()}
+        stats["path"] = str(self.dest)
+        meta["stats"] = stats
+        (tmp / META).write_text(json.dumps(meta, default=_json_default))
+        return self.publish(stats)
+
+    def publish(self, stats: dict[str, Any]) -> dict[str, Any]:
+        assert self.tmp is not None
+        parent = self.dest.parent
+        for tries in range(1000):
+            try:
+                os.rename(self.tmp, self.dest)
+                break
+            except OSError:
+                if not self.dest.exists():
+                    if tries > 10:
+                        raise
+                    continue  # it vanished between the calls: try again
+                old = _read_meta(self.dest)
+                if old is not None and int(old.get("attempt", 0)) > self.spec.attempt:
+                    # a later attempt already published this chunk: keep its shard
+                    shutil.rmtree(self.tmp, ignore_errors=True)
+                    self.tmp = None
+                    return dict(old.get("stats", {}), path=str(self.dest))
+                aside = parent / (f".old.{self.dest.name}.{_host()}.{os.getpid()}."
+                                  f"{uuid.uuid4().hex[:8]}")
+                try:
+                    os.rename(self.dest, aside)
+                except OSError:
+                    continue  # someone else moved it first: try again
+                shutil.rmtree(aside, ignore_errors=True)
+        else:  # pragma: no cover - endless contention
+            raise RuntimeError(f"could not publish shard {self.dest}")
+        self.tmp = None
+        _remove_stale_tmp(parent, self.dest.name, self.dest)
+        return stats
+
+    def abort(self) -> None:
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+# ---------------------------------------------------------------------------------------
+# reading
+# ---------------------------------------------------------------------------------------
+
+
+class LmdbShard(ShardData):
+    """Read-only access to a published shard (no locks; one read transaction)."""
+
+    def __init__(self, path: str | os.PathLike, meta: dict[str, Any]) -> None:
+        self.path = Path(path)
+        self.meta = meta
+        self._env = None
+        self._txn = None
+        self._dbs: dict[str, Any] = {}
+        self._rtrees: dict[str, Any] = {}
+        if (self.path / DATA).exists():
+            names = list(meta.get("lmdb", {}))
+            self._env = lmdb.open(str(self.path), readonly=True, lock=False, subdir=True,
+                                  max_dbs=max(1, len(names)), readahead=False)
+            self._txn = self._env.begin(buffers=True)
+
+    def _db(self, name: str) -> Any:
+        if name not in self._dbs:
+            dup = name != BLOBS and self.meta.get("tables", {}).get(name) == "dupfixed"
+            self._dbs[name] = self._env.open_db(name.encode(), txn=self._txn, create=False,
+                                                dupsort=dup, dupfixed=dup)
+        return self._dbs[name]
+
+    def has_table(self, name: str) -> bool:
+        return self._env is not None and name in self.meta.get("lmdb", {})
+
+    def items(self, table: str, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        w = int(self.meta.get("item_bytes", {}).get(table, 1))
+        if not self.has_table(table) or len(keys) == 0:
+            return np.empty(0, dtype=np.uint64), np.empty((0, w), dtype=np.uint8)
+        cur = self._txn.cursor(self._db(table))
+        buf = cur.getmulti(_key_bytes(keys), dupdata=True, dupfixed_bytes=w, keyfixed=True)
+        rec = np.frombuffer(buf, dtype=np.uint8).reshape(-1, 8 + w)
+        k = np.ascontiguousarray(rec[:, :8]).view(">u8").reshape(-1).astype(np.uint64)
+        return k, rec[:, 8:]
+
+    def all_keys(self, table: str) -> np.ndarray:
+        if not self.has_table(table):
+            return np.empty(0, dtype=np.uint64)
+        cur = self._txn.cursor(self._db(table))
+        ks = b"".join(bytes(k) for k in cur.iternext_nodup(keys=True, values=False))
+        return np.frombuffer(ks, dtype=">u8").astype(np.uint64)
+
+    def values(self, table: str, keys: np.ndarray) -> tuple[np.ndarray, Ragged]:
+        if not self.has_table(table) or len(keys) == 0:
+            return np.empty(0, dtype=np.uint64), Ragged.empty(0, np.uint8)
+        cur = self._txn.cursor(self._db(table))
+        got = cur.getmulti(_key_bytes(keys))
+        return self._pack(got)
+
+    @staticmethod
+    def _pack(got: list[tuple[Any, Any]]) -> tuple[np.ndarray, Ragged]:
+        if not got:
+            return np.empty(0, dtype=np.uint64), Ragged.empty(0, np.uint8)
+        ks = np.frombuffer(b"".join(bytes(k) for k, _ in got), dtype=">u8").astype(np.uint64)
+        lens = np.fromiter((len(v) for _, v in got), dtype=np.int64, count=len(got))
+        vals = np.frombuffer(b"".join(v for _, v in got), dtype=np.uint8)
+        return ks, Ragged(vals, offsets_from_lengths(lens))
+
+    def scan(self, table: str, batch: int = 65536) -> Iterator[tuple[np.ndarray, Ragged]]:
+        if not self.has_table(table):
+            return
+        cur = self._txn.cursor(self._db(table))
+        if not cur.first():
+            return
+        it = cur.iternext(keys=True, values=True)
+        while True:
+            got = []
+            for kv in it:
+                got.append(kv)
+                if len(got) >= batch:
+                    break
+            if not got:
+                return
+            yield self._pack(got)
+
+    def blob(self, name: str) -> np.ndarray:
+        if self._env is None:
+            return np.empty(0, dtype=np.uint8)
+        v = self._txn.get(name.encode(), db=self._db(BLOBS))
+        return np.empty(0, dtype=np.uint8) if v is None else np.frombuffer(v, dtype=np.uint8)
+
+    def rtree_query(self, name: str, mins: np.ndarray, maxs: np.ndarray) -> np.ndarray:
+        if name not in self._rtrees:
+            from rtree import index
+
+            base = self.path / f"rtree_{name}"
+            if not base.with_suffix(".dat").exists():
+                self._rtrees[name] = None
+            else:
+                d = int(self.meta["rtree_dims"][name])
+                p = _rtree_props(d)
+                self._rtrees[name] = index.Index(str(base), properties=p)
+        tree = self._rtrees[name]
+        if tree is None or len(mins) == 0:
+            return np.empty(0, dtype=np.int64)
+        ids, _ = tree.intersection_v(np.ascontiguousarray(mins, dtype=np.float64),
+                                     np.ascontiguousarray(maxs, dtype=np.float64))
+        return uniq(ids)
+
+    def close(self) -> None:
+        for t in self._rtrees.values():
+            if t is not None:
+                t.close()
+        self._rtrees.clear()
+        if self._txn is not None:
+            self._txn.abort()
+            self._txn = None
+        if self._env is not None:
+            self._env.close()
+            self._env = None
+
+
+def read_meta(path: str | os.PathLike) -> dict[str, Any]:
+    """A published shard's metadata; raises :class:`subzero.errors.StoreError` if absent."""
+    from subzero.errors import StoreError
+
+    meta = _read_meta(Path(path))
+    if meta is None:
+        raise StoreError(f"{path} is not a lineage shard (no readable {META})")
+    if int(meta.get("format", 0)) > FORMAT:
+        raise StoreError(f"shard {path} has format {meta['format']}; this SubZero reads up "
+                         f"to {FORMAT}")
+    return meta

@@ -1,0 +1,139 @@
+"""The conformance suite every encoding passes (written once, subclassed per strategy).
+
+Region pairs drawn by Hypothesis are written through the real sink (several ``write``
+calls, then ``close``), the published shard is reopened with :func:`encoders.lookup.open_shard`
+and every lookup is compared with a brute-force reading of the same pairs.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from encoders.lookup import LookupTimeout, open_shard
+from subzero.cells import Box
+from subzero.modes import Strategy
+from subzero.runtime import PairBatch, ShardSpec, make_sink
+from subzero.testing import brute_backward, brute_forward
+from tests.encoders.strategies import queries, region_pairs, shapes, split_batch
+
+SETTINGS = settings(max_examples=30, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                           HealthCheck.differing_executors])
+
+
+def write_shard(home, strategy: str, pairs: PairBatch | None, out_shape, in_shapes,
+                parts: int = 1, attempt: int = 0, chunk=(0,)) -> dict:
+    spec = ShardSpec(str(home), "r1", "op", Strategy.parse(strategy), chunk,
+                     Box.full(out_shape), tuple(out_shape), tuple(in_shapes), attempt)
+    sink = make_sink(spec)
+    if pairs is not None:
+        for b in split_batch(pairs, parts):
+            sink.write(b)
+    return sink.close()
+
+
+def brute_payload(pairs: PairBatch, q: np.ndarray | None) -> dict[int, set[bytes]]:
+    """``{output cell: payloads}`` of the pairs, restricted to ``q``."""
+    want = None if q is None else set(q.tolist())
+    res: dict[int, set[bytes]] = {}
+    for k in range(len(pairs)):
+        for c in pairs.out.row(k).tolist():
+            if want is None or c in want:
+                res.setdefault(int(c), set()).add(pairs.payload_bytes(k))
+    return res
+
+
+def read_payload(b: PairBatch | None) -> dict[int, set[bytes]]:
+    res: dict[int, set[bytes]] = {}
+    if b is not None:
+        for k in range(len(b)):
+            for c in b.out.row(k).tolist():
+                res.setdefault(int(c), set()).add(b.payload_bytes(k))
+    return res
+
+
+class EncodingConformance:
+    """Subclass and set ``strategy`` (a strategy name) to run the suite on it."""
+
+    strategy: str = ""
+
+    @property
+    def payload(self) -> bool:
+        return Strategy.parse(self.strategy).encoding.startswith("Pay")
+
+    @SETTINGS
+    @given(data=st.data(), out_shape=shapes, second=st.booleans(), parts=st.integers(1, 3))
+    def test_lookups_match_brute_force(self, data, out_shape, second, parts):
+        in_shapes = [out_shape] + ([data.draw(shapes)] if second else [])
+        pairs = data.draw(region_pairs(out_shape, in_shapes, self.payload))
+        home = tempfile.mkdtemp(prefix="sz-conf-")
+        try:
+            stats = write_shard(home, self.strategy, pairs, out_shape, in_shapes, parts)
+            with open_shard(stats["path"]) as r:
+                for _ in range(3):
+                    q = data.draw(queries(out_shape))
+                    if self.payload:
+                        assert read_payload(r.payload_pairs(q)) == brute_payload(pairs, q)
+                        continue
+                    for i, s in enumerate(in_shapes):
+                        got = r.backward(q, i)
+                        assert got.dtype == np.uint64 and (np.diff(got) > 0).all()
+                        assert set(got.tolist()) == brute_backward(pairs, q, i)
+                        qi = data.draw(queries(tuple(s)))
+                        got = r.forward(qi, i)
+                        assert (np.diff(got) > 0).all()
+                        assert set(got.tolist()) == brute_forward(pairs, qi, i)
+                if self.payload:
+                    assert read_payload(r.payload_pairs(None)) == brute_payload(pairs, None)
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
+
+    def test_statistics_describe_the_pairs(self, tmp_path):
+        out_shape, in_shapes = (4, 5), [(4, 5)]
+        if self.payload:
+            pairs = PairBatch(_rag([[0, 1], [7]]), payload=_rag([[3], [3]], np.uint8))
+        else:
+            pairs = PairBatch(_rag([[0, 1], [7]]), ins=(_rag([[0, 1, 2], [6]]),))
+        st_ = write_shard(tmp_path, self.strategy, pairs, out_shape, in_shapes)
+        assert st_["pairs"] == 2 and st_["out_cells"] == 3 and st_["fanout"] == 1.5
+        assert st_["fanin"] == (0.0 if self.payload else (2 * 3 + 1) / 3)
+        assert st_["attempt"] == 0 and st_["data_bytes"] > 0 and st_["encode_s"] >= 0
+        many = "many" in self.strategy
+        assert (st_["index_bytes"] > 0) == many
+        assert st_["path"].endswith(f"/runs/r1/lineage/op/{self.strategy}/0")
+
+    def test_empty_shard_answers_nothing(self, tmp_path):
+        st_ = write_shard(tmp_path, self.strategy, None, (3, 3), [(3, 3)])
+        q = np.arange(9, dtype=np.uint64)
+        with open_shard(st_["path"]) as r:
+            assert r.strategy == Strategy.parse(self.strategy)
+            assert r.out_box == Box((0, 0), (3, 3)) and r.in_shapes == ((3, 3),)
+            if self.payload:
+                assert r.payload_pairs(q) is None and r.payload_pairs(None) is None
+            else:
+                assert len(r.backward(q, 0)) == 0 and len(r.forward(q, 0)) == 0
+
+    def test_passed_deadline_raises_lookup_timeout(self, tmp_path):
+        pairs = (PairBatch(_rag([[0]]), payload=_rag([[1]], np.uint8)) if self.payload
+                 else PairBatch(_rag([[0]]), ins=(_rag([[0]]),)))
+        st_ = write_shard(tmp_path, self.strategy, pairs, (2,), [(2,)])
+        with open_shard(st_["path"]) as r:
+            past = time.perf_counter() - 1.0
+            with pytest.raises(LookupTimeout):
+                if self.payload:
+                    r.payload_pairs(np.array([0], np.uint64), past)
+                else:
+                    r.backward(np.array([0], np.uint64), 0, past)
+
+
+def _rag(rows, dtype=np.uint64):
+    from subzero.cells import Ragged
+
+    return Ragged.from_rows([np.asarray(r, dtype=dtype) for r in rows], dtype)

@@ -1,0 +1,125 @@
+"""Layout choices that the conformance suite cannot see: sharing, relative sets, merging."""
+
+import numpy as np
+import pytest
+
+from encoders.lookup import open_shard
+from operators.base import box_neighbours
+from subzero.cells import Ragged, dilate, mask_from_linear, to_coords
+from subzero.runtime import PairBatch
+from tests.encoders.conformance import write_shard
+
+
+def per_pixel_box(shape, radius):
+    cells = np.arange(int(np.prod(shape)), dtype=np.uint64)
+    ins = box_neighbours(to_coords(cells, shape), (radius,) * len(shape), shape)
+    return PairBatch(Ragged.from_singletons(cells), ins=(ins,))
+
+
+@pytest.mark.parametrize("strategy", ["full-one-bwd", "full-one-fwd"])
+def test_identity_lineage_is_one_shared_record(tmp_path, strategy):
+    cells = np.arange(1000, dtype=np.uint64)
+    pairs = PairBatch(Ragged.from_singletons(cells), ins=(Ragged.from_singletons(cells),))
+    st = write_shard(tmp_path, strategy, pairs, (1000,), [(1000,)])
+    assert st["records"] == 1
+    with open_shard(st["path"]) as r:
+        q = np.array([0, 17, 999], np.uint64)
+        assert r.backward(q, 0).tolist() == r.forward(q, 0).tolist() == [0, 17, 999]
+
+
+@pytest.mark.parametrize("strategy", ["full-one-bwd", "full-one-fwd"])
+def test_stencil_boxes_share_records_and_stay_exact_at_borders(tmp_path, strategy):
+    shape = (20, 20)
+    st = write_shard(tmp_path, strategy, per_pixel_box(shape, 1), shape, [shape])
+    # interior, 4 edges, 4 corners: 9 translated families of clipped 3x3 boxes
+    assert st["records"] == 9
+    rng = np.random.default_rng(0)
+    with open_shard(st["path"]) as r:
+        assert r.meta["relative"] == {"k" if strategy.endswith("bwd") else "k0": [True]}
+        for n in (1, 5, 60):
+            q = np.unique(rng.integers(0, 400, n)).astype(np.uint64)
+            exp = np.flatnonzero(dilate(mask_from_linear(q, shape), 1)).tolist()
+            assert r.backward(q, 0).tolist() == exp
+            assert r.forward(q, 0).tolist() == exp
+
+
+def test_relative_never_stores_every_box_but_answers_the_same(tmp_path):
+    from encoders.full_one import FullOne
+    from encoders.store import ShardWriter
+    from subzero.cells import Box
+    from subzero.modes import Strategy
+    from subzero.runtime import ShardSpec
+
+    shape = (12, 12)
+    pairs = per_pixel_box(shape, 1)
+    spec = ShardSpec(str(tmp_path), "r1", "op", Strategy.parse("full-one-bwd"), (0,),
+                     Box.full(shape), shape, (shape,), 0)
+    enc = FullOne("bwd", relative="never").encode(pairs, spec)
+    st = ShardWriter(spec).write(enc, {})
+    assert enc.meta["records"] == 144 and enc.meta["relative"] == {"k": [False]}
+    with open_shard(st["path"]) as r:
+        q = np.array([0, 13, 143], np.uint64)
+        exp = np.flatnonzero(dilate(mask_from_linear(q, shape), 1)).tolist()
+        assert r.backward(q, 0).tolist() == exp
+
+
+def test_high_fanout_pairs_share_one_absolute_record(tmp_path):
+    # 100 output cells all depending on the same 50 input cells: one record, not 100
+    pairs = PairBatch(Ragged.from_rows([np.arange(100)]),
+                      ins=(Ragged.from_rows([np.arange(0, 500, 10)]),))
+    st = write_shard(tmp_path, "full-one-bwd", pairs, (100,), [(500,)])
+    assert st["records"] == 1
+    pairs = PairBatch(Ragged.from_rows([np.arange(100)]),
+                      ins=(Ragged.from_rows([np.arange(0, 100, 3)]),))
+    st = write_shard(tmp_path / "b", "full-one-bwd", pairs, (100,), [(100,)])
+    with open_shard(st["path"]) as r:
+        assert r.meta["relative"] == {"k": [False]}  # relative would need 100 records
+        assert r.meta["records"] == 1
+
+
+def test_payloads_are_shared_and_colliding_cells_keep_both(tmp_path):
+    out = Ragged.from_rows([[0], [1], [2], [2]])
+    pay = Ragged.from_rows([np.frombuffer(p, np.uint8) for p in (b"r3", b"r3", b"r3", b"x")],
+                           np.uint8)
+    st = write_shard(tmp_path, "pay-one-bwd", PairBatch(out, payload=pay), (3,), [(3,)])
+    assert st["records"] == 2  # [r3] shared by cells 0 and 1 (and 2 has [r3, x])
+    with open_shard(st["path"]) as r:
+        b = r.payload_pairs(np.array([1, 2], np.uint64))
+        got = sorted((tuple(b.out.row(k).tolist()), b.payload_bytes(k)) for k in range(len(b)))
+        assert got == [((1,), b"r3"), ((2,), b"r3"), ((2,), b"x")]
+
+
+@pytest.mark.parametrize("strategy", ["full-many-bwd", "pay-many-bwd"])
+def test_many_merges_pairs_with_identical_key_sets(tmp_path, strategy):
+    out = Ragged.from_rows([[0, 1], [0, 1], [5]])
+    if strategy.startswith("pay"):
+        pairs = PairBatch(out, payload=Ragged.from_rows(
+            [np.frombuffer(p, np.uint8) for p in (b"a", b"b", b"a")], np.uint8))
+    else:
+        pairs = PairBatch(out, ins=(Ragged.from_rows([[3], [4], [5]]),))
+    st = write_shard(tmp_path, strategy, pairs, (6,), [(6,)])
+    assert st["records"] == 2
+    with open_shard(st["path"]) as r:
+        if strategy.startswith("pay"):
+            b = r.payload_pairs(np.array([1], np.uint64))
+            assert sorted(b.payload_bytes(k) for k in range(len(b))) == [b"a", b"b"]
+        else:
+            assert r.backward(np.array([1], np.uint64), 0).tolist() == [3, 4]
+
+
+def test_lookup_reads_only_the_runs_it_needs(tmp_path, monkeypatch):
+    from encoders.store import LmdbShard
+
+    pairs = per_pixel_box((64, 64), 1)
+    st = write_shard(tmp_path, "full-one-bwd", pairs, (64, 64), [(64, 64)])
+    asked = []
+    real = LmdbShard.items
+
+    def spy(self, table, keys):
+        asked.append(len(keys))
+        return real(self, table, keys)
+
+    monkeypatch.setattr(LmdbShard, "items", spy)
+    with open_shard(st["path"]) as r:
+        r.backward(np.array([0, 1, 2, 300, 4095], np.uint64), 0)
+    assert asked == [3]  # cells 0-2 share a 256-cell run; 300 and 4095 one each

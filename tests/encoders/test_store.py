@@ -1,0 +1,140 @@
+"""Publishing shards: atomic, replaced on retry, nothing left by a killed or failing writer."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import lmdb
+import numpy as np
+import pytest
+
+from encoders import store
+from encoders.lookup import open_shard
+from subzero.cells import Ragged
+from subzero.runtime import PairBatch
+from tests.encoders.conformance import write_shard
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def stencil_pairs(n: int, shift: int = 0) -> PairBatch:
+    """Cell k of a 1-d array of n depends on cells k and k+1 (+ shift, clipped)."""
+    cells = np.arange(n, dtype=np.uint64)
+    ins = [np.unique(np.minimum([k + shift, k + 1 + shift], n - 1)) for k in range(n)]
+    return PairBatch(Ragged.from_singletons(cells), ins=(Ragged.from_rows(ins),))
+
+
+def strategy_dir(home) -> Path:
+    return Path(home) / "runs" / "r1" / "lineage" / "op" / "full-one-bwd"
+
+
+def test_retried_task_replaces_the_earlier_shard(tmp_path):
+    first = write_shard(tmp_path, "full-one-bwd", stencil_pairs(50), (50,), [(50,)])
+    again = write_shard(tmp_path, "full-one-bwd", stencil_pairs(50, shift=3), (50,), [(50,)],
+                        attempt=1)
+    assert first["path"] == again["path"] and again["attempt"] == 1
+    assert sorted(p.name for p in strategy_dir(tmp_path).iterdir()) == ["0"]
+    with open_shard(again["path"]) as r:
+        assert r.meta["attempt"] == 1
+        assert r.backward(np.array([0], np.uint64), 0).tolist() == [3, 4]
+
+
+def test_an_earlier_attempt_never_replaces_a_later_one(tmp_path):
+    write_shard(tmp_path, "full-one-bwd", stencil_pairs(10, shift=2), (10,), [(10,)],
+                attempt=2)
+    late = write_shard(tmp_path, "full-one-bwd", stencil_pairs(10), (10,), [(10,)], attempt=1)
+    assert late["attempt"] == 2  # the stats of the shard that stayed
+    with open_shard(late["path"]) as r:
+        assert r.backward(np.array([0], np.uint64), 0).tolist() == [2, 3]
+    assert sorted(p.name for p in strategy_dir(tmp_path).iterdir()) == ["0"]
+
+
+def test_exception_inside_the_transaction_publishes_nothing(tmp_path, monkeypatch):
+    def boom(keys):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(store, "_key_bytes", boom)
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        write_shard(tmp_path, "full-one-bwd", stencil_pairs(20), (20,), [(20,)])
+    assert list(strategy_dir(tmp_path).iterdir()) == []  # no shard, no temporary left
+
+
+def test_map_grows_instead_of_failing(tmp_path, monkeypatch):
+    monkeypatch.setattr(store, "_estimate_map", lambda enc: 64 * 1024)
+    grew = []
+    real_open = lmdb.open
+
+    def spy(path, **kw):
+        if not kw.get("readonly"):
+            grew.append(kw["map_size"])
+        return real_open(path, **kw)
+
+    monkeypatch.setattr(store.lmdb, "open", spy)
+    st = write_shard(tmp_path, "full-one-bwd", stencil_pairs(20000), (20000,), [(20000,)])
+    assert len(grew) > 1 and grew[-1] > grew[0]
+    with open_shard(st["path"]) as r:
+        assert r.backward(np.array([19999], np.uint64), 0).tolist() == [19999]
+
+
+KILLER = textwrap.dedent("""
+    import os, signal, sys
+    sys.path.insert(0, {root!r})
+    import numpy as np
+    from encoders import store
+    from tests.encoders.conformance import write_shard
+    from tests.encoders.test_store import stencil_pairs
+    real = store._key_bytes
+    def die(keys):
+        out = real(keys)
+        os.kill(os.getpid(), signal.SIGKILL)  # in the middle of the write transaction
+    store._key_bytes = die
+    write_shard({home!r}, "full-one-bwd", stencil_pairs(1000), (1000,), [(1000,)])
+""")
+
+
+def test_writer_killed_mid_write_leaves_nothing_published(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", KILLER.format(root=str(ROOT),
+                                                               home=str(tmp_path))],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    left = list(strategy_dir(tmp_path).iterdir())
+    assert [p.name for p in left if not p.name.startswith(".tmp.")] == []
+    assert len(left) == 1  # the dead writer's temporary directory, never read
+    # the retried task publishes its shard and clears the dead writer's leftovers
+    st = write_shard(tmp_path, "full-one-bwd", stencil_pairs(1000), (1000,), [(1000,)],
+                     attempt=1)
+    assert sorted(p.name for p in strategy_dir(tmp_path).iterdir()) == ["0"]
+    assert json.loads((Path(st["path"]) / "meta.json").read_text())["attempt"] == 1
+
+
+def test_readers_open_read_only_without_locks(tmp_path):
+    st = write_shard(tmp_path, "full-one-bwd", stencil_pairs(30), (30,), [(30,)])
+    shard = Path(st["path"])
+    assert sorted(p.name for p in shard.iterdir()) == ["data.mdb", "meta.json"]
+    os.chmod(shard / "data.mdb", 0o444)
+    with open_shard(shard) as r:
+        assert r.backward(np.array([5], np.uint64), 0).tolist() == [5, 6]
+    assert not (shard / "lock.mdb").exists()
+
+
+def test_not_a_shard_is_a_one_line_error(tmp_path):
+    from subzero.errors import StoreError
+
+    with pytest.raises(StoreError, match="is not a lineage shard"):
+        open_shard(tmp_path)
+
+
+def test_live_writers_temporaries_are_left_alone(tmp_path):
+    d = strategy_dir(tmp_path)
+    d.mkdir(parents=True)
+    live = d / f".tmp.0.0.{store._host()}.{os.getpid()}.abcd1234"  # this process: alive
+    dead = d / f".tmp.0.0.{store._host()}.999999999.abcd1234"
+    other_host = d / ".tmp.0.0.elsewhere.999999999.abcd1234"
+    for p in (live, dead, other_host):
+        p.mkdir()
+    write_shard(tmp_path, "full-one-bwd", stencil_pairs(5), (5,), [(5,)])
+    assert sorted(p.name for p in d.iterdir()) == sorted(["0", live.name, other_host.name])
