@@ -37,7 +37,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from subzero.catalog import Catalog
-from subzero.cells import Box, as_linear, to_coords
+from subzero.cells import Box, as_linear, to_coords, unique
 from subzero.cells import frontier as make_frontier
 from subzero.errors import CellError, QueryError
 from subzero.executor import LoadedRun, reexecute
@@ -126,7 +126,7 @@ def _join_backward(ch: ChunkContext, full: PairBatch | None, pay: PairBatch | No
         return np.empty(0, dtype=np.uint64)
     flat = _unpack(packed, shape)
     rows = np.flatnonzero(full.out.any_in(flat))
-    return np.unique(full.ins[i].take(rows).values)
+    return unique(full.ins[i].take(rows).values)
 
 
 def _join_forward(ch: ChunkContext, full: PairBatch | None, pay: PairBatch | None, *,
@@ -136,7 +136,7 @@ def _join_forward(ch: ChunkContext, full: PairBatch | None, pay: PairBatch | Non
         return np.empty(0, dtype=np.uint64)
     flat = _unpack(packed, shape)
     rows = np.flatnonzero(full.ins[i].any_in(flat))
-    return np.unique(full.out.take(rows).values)
+    return unique(full.out.take(rows).values)
 
 
 # ---------------------------------------------------------------------------------------

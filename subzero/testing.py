@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from subzero.cells import Box, as_linear, mask_from_linear
+from subzero.cells import Box, as_linear, mask_from_linear, unique
 from subzero.chunking import Chunking
 from subzero.modes import Mode
 from subzero.runtime import ChunkContext, PairBatch, TaskContext
@@ -170,7 +170,7 @@ def assert_sound_by_perturbation(
     depends on summation order beyond the window, such as running-sum filters).
     """
     backward = backward or op.map_b
-    lin = np.unique(as_linear(out_cells, op.out_shape))
+    lin = unique(as_linear(out_cells, op.out_shape))
     f = mask_from_linear(lin, op.out_shape)
     keeps = [np.asarray(backward(f, i), dtype=bool) for i in range(len(inputs))]
     base, _, _ = run_chunked(op, inputs, split, modes)

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from subzero.cells import (Box, Ragged, as_linear, dilate, frontier, mask_from_linear,
-                           to_coords)
+                           to_coords, unique)
 from subzero.errors import CellError
 
 
@@ -100,3 +100,9 @@ def test_ragged_take_concat_and_any_in():
     mask[8] = True
     assert r.any_in(mask).tolist() == [False, False, True]
     assert r.row_ids().tolist() == [0, 0, 2, 2, 2]
+
+
+@settings(max_examples=40, deadline=None)
+@given(hnp.arrays(np.uint64, st.integers(0, 50), elements=st.integers(0, 20)))
+def test_unique_matches_numpy(values):
+    assert unique(values).tolist() == np.unique(values).tolist()
