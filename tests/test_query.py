@@ -243,3 +243,30 @@ def test_cli_query_json_png_and_out(homes, tmp_path, capsys):
         assert main(["query", rid, *args, "--home", str(home)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and msg in err[0], err
+
+
+def test_query_time_optimizer_switches_from_slow_stored_lineage(spark, tmp_path):
+    """Stored lineage that costs more than re-execution is abandoned mid-read (VII-A)."""
+    from optimizer.query_costs import QueryCosts
+
+    res = run_workflow(example.build(shape=SHAPE, seed=5), tmp_path,
+                       plan={"smooth": ["full-one-fwd"]}, chunking=Chunking(split=2),
+                       spark=spark)
+    run = load_run(tmp_path, res.run)
+    cells = [(3, 3), (20, 20)]
+    # costs that make the mismatched (forward-keyed) scan look free and re-execution
+    # instantaneous: the scan is chosen, then abandoned at once for re-execution
+    cheap_scan = QueryCosts(scan_per_pair=0.0, shard_fixed=0.0, decode_per_cell=0.0,
+                            reexec_fixed_driver=1e-9, trace_factor=0.0, reexec_per_cell=0.0)
+    q = QueryExecutor(run, costs=cheap_scan, min_switch_s=0.0, log=False)
+    r, step = q.step("smooth", 0, "backward", frontier(SHAPE, cells))
+    assert step.method == "reexec" and "switched from stored:full-one-fwd" in step.note
+    # without the optimizer's deadline the stored (mismatched) lineage answers, identically
+    q2 = QueryExecutor(run, log=False)
+    r2, step2 = q2.step("smooth", 0, "backward", frontier(SHAPE, cells), method="stored")
+    assert step2.method == "stored:full-one-fwd"
+    assert np.array_equal(r, r2)
+    # matched direction forward: stored lineage is the cheapest and is used
+    r3, step3 = q2.step("smooth", 0, "forward", frontier(SHAPE, cells))
+    assert step3.method == "stored:full-one-fwd"
+    assert np.array_equal(r3, run.op("smooth").map_f(frontier(SHAPE, cells), 0))
