@@ -54,18 +54,21 @@ class QueryCosts:
         return self.map_fixed + self.map_per_cell * (in_cells + out_cells)
 
     def stored_cost(self, matched: bool, payload: bool, forward: bool, n_query: int,
-                    shards: int, pairs: int, out_cells: int, in_cells: int) -> float:
+                    shards: int, pairs: int, out_cells: int, in_cells: int,
+                    groups: int | None = None) -> float:
         """Reading stored lineage for ``n_query`` frontier cells.
 
-        ``pairs``/``out_cells``/``in_cells`` are the strategy's totals over its shards.
+        ``pairs``/``out_cells``/``in_cells`` are the strategy's totals over its shards;
+        ``groups`` bounds the distinct payloads (one ``map_p`` call each), when known.
         """
         fanin = in_cells / max(1, out_cells)
         if payload:
+            distinct = pairs if groups is None else max(1, groups)
             if forward:  # scan every pair and apply map_p
                 return (shards * self.shard_fixed + pairs * self.scan_per_pair
-                        + min(pairs, 256) * self.payload_per_group)
+                        + min(distinct, 256) * self.payload_per_group)
             return (shards * self.shard_fixed + n_query * self.lookup_per_cell
-                    + min(n_query, 256) * self.payload_per_group)
+                    + min(n_query, distinct, 256) * self.payload_per_group)
         if matched:
             return (shards * self.shard_fixed + n_query * self.lookup_per_cell
                     + n_query * max(1.0, fanin) * self.decode_per_cell)

@@ -407,6 +407,12 @@ def run_workflow(
                         f"{max_disk}; stored nothing ({', '.join(dropped)} dropped)")
                 shard_rows, lin_bytes = [], 0
             cat.add_shards(rid, shard_rows)
+            kept = {r["strategy"] for r in shard_rows}
+            for sname in kept:  # what the query-time cost model needs beyond the shard rows
+                mine = [s for s in shards if s["strategy"] == sname]
+                cat.set_statistics(rid, name, sname, {
+                    "records": sum(s.get("records", s.get("pairs", 0)) or 0 for s in mine),
+                    "payload_bytes": sum(s.get("payload_bytes", 0) or 0 for s in mine)})
             total_lineage += lin_bytes
             task_s = _sum(results, "task_s")
             lineage_task_s = _sum(results, "capture_s") + _sum(results, "store_s")

@@ -207,6 +207,9 @@ class QueryExecutor:
         self.shards: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for row in self.catalog.shards(run.id):
             self.shards.setdefault((row["op"], row["strategy"]), []).append(row)
+        self.stats: dict[tuple[str, str], dict[str, float]] = {}
+        for row in self.catalog.statistics(run.id):
+            self.stats.setdefault((row["op"], row["strategy"]), {})[row["key"]] = row["value"]
 
     def close(self) -> None:
         if self._own_catalog:
@@ -446,10 +449,12 @@ class QueryExecutor:
                 payload = s.mode in (Mode.PAY, Mode.COMP)
                 matched = payload and backward or (
                     s.direction is (Direction.BACKWARD if backward else Direction.FORWARD))
+                records = self.stats.get((op.name, s.name), {}).get("records")
                 est[(kind, s)] = c.stored_cost(
                     matched, payload, not backward, n_in, len(rows),
                     sum(r["pairs"] or 0 for r in rows), sum(r["out_cells"] or 0 for r in rows),
-                    sum(r["in_cells"] or 0 for r in rows))
+                    sum(r["in_cells"] or 0 for r in rows),
+                    groups=int(records) if records is not None else None)
                 if s.mode is Mode.COMP:
                     est[(kind, s)] += c.map_cost(in_size, out_size)
             else:

@@ -27,8 +27,21 @@ def _as_image(data: np.ndarray) -> np.ndarray:
     return data
 
 
+def _zoom_box(m: np.ndarray, pad: int = 12) -> tuple[slice, slice] | None:
+    """The padded bounding box of the highlighted cells, when they are a small patch."""
+    if not m.any():
+        return None
+    ys, xs = np.nonzero(m)
+    y0, y1 = max(0, ys.min() - pad), min(m.shape[0], ys.max() + pad + 1)
+    x0, x1 = max(0, xs.min() - pad), min(m.shape[1], xs.max() + pad + 1)
+    if (y1 - y0) * (x1 - x0) > 0.25 * m.size:
+        return None
+    return slice(y0, y1), slice(x0, x1)
+
+
 def render_mask(data: np.ndarray, mask: np.ndarray, path: str | Path, title: str = "") -> Path:
-    """Write a PNG of ``data`` with ``mask`` highlighted."""
+    """Write a PNG of ``data`` with ``mask`` highlighted; when the highlighted cells form a
+    small patch, a second panel zooms in on it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -44,8 +57,12 @@ def render_mask(data: np.ndarray, mask: np.ndarray, path: str | Path, title: str
     rgb = np.dstack([grey, grey, grey])
     rgb[m] = 0.35 * rgb[m] + 0.65 * np.array([1.0, 0.1, 0.1])
     h, w = img.shape
+    zoom = _zoom_box(m)
     scale = 8.0 / max(h, w)
-    fig, ax = plt.subplots(figsize=(max(3.0, w * scale) + 0.5, max(3.0, h * scale) + 0.8), dpi=120)
+    width = max(3.0, w * scale) + 0.5
+    fig, axes = plt.subplots(1, 2 if zoom else 1, dpi=120, squeeze=False,
+                             figsize=(width * (2.2 if zoom else 1), max(3.0, h * scale) + 0.8))
+    ax = axes[0, 0]
     ax.imshow(rgb, interpolation="nearest", aspect="auto" if min(h, w) < 4 else "equal")
     count = int(m.sum())
     if 0 < count <= 2000 and count < 0.01 * m.size:
@@ -54,6 +71,24 @@ def render_mask(data: np.ndarray, mask: np.ndarray, path: str | Path, title: str
     ax.set_title(title or f"{count} cells", fontsize=9)
     ax.set_xlabel("column")
     ax.set_ylabel("row")
+    if zoom:
+        zy, zx = zoom
+        z = axes[0, 1]
+        extent = (zx.start - 0.5, zx.stop - 0.5, zy.stop - 0.5, zy.start - 0.5)
+        # the zoom shows the data itself, the lineage as an outline and a light tint
+        z.imshow(grey[zy, zx], cmap="gray", vmin=0, vmax=1, interpolation="nearest",
+                 extent=extent)
+        tint = np.zeros((*m[zy, zx].shape, 4))
+        tint[m[zy, zx]] = (1.0, 0.1, 0.1, 0.25)
+        z.imshow(tint, interpolation="nearest", extent=extent)
+        ys_, xs_ = np.mgrid[zy, zx]
+        z.contour(xs_, ys_, m[zy, zx].astype(float), levels=[0.5], colors="red",
+                  linewidths=1.0)
+        z.set_title(f"zoom: rows {zy.start}:{zy.stop}, columns {zx.start}:{zx.stop}",
+                    fontsize=9)
+        z.set_xlabel("column")
+        ax.add_patch(plt.Rectangle((zx.start, zy.start), zx.stop - zx.start,
+                                   zy.stop - zy.start, fill=False, edgecolor="yellow"))
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path)
