@@ -41,9 +41,10 @@ BUDGETS_MB = (1, 10, 20, 50, 100)
 def time_queries(run: Run, repeat: int, methods: tuple[str, ...]) -> dict:
     out = {}
     for name in QUERIES:
+        cells = run.named_query_cells(name)  # chosen from the data, not timed
         for method in methods:
-            run.named_query(name, method)  # warm: open shards once
-            med, times, r = timed(lambda: run.named_query(name, method), repeat)
+            run.named_query(name, method, cells)  # warm: open shards once
+            med, times, r = timed(lambda: run.named_query(name, method, cells), repeat)
             key = "dynamic" if method == "auto" else "static"
             out.setdefault(name, {})[key] = {
                 "median_s": med, "times": times, "count": r.count,

@@ -121,14 +121,22 @@ class Run:
         descendant array."""
         return self.query_executor().forward(cells, start, path, to, method)
 
-    def named_query(self, name: str, method: str = "auto") -> Any:
-        """Run one of the workflow's named queries (e.g. ``BQ3``)."""
+    def named_query_cells(self, name: str) -> Any:
+        """The cells a named query starts from (chosen from this run's data with the
+        workflow's seed)."""
         q = self.workflow.queries.get(name)
         if q is None:
             known = ", ".join(self.workflow.queries) or "none"
             raise SubZeroError(f"workflow {self.workflow.name!r} has no named query {name!r} "
                                f"(named queries: {known})")
-        cells = q.cells(self)
+        return q.cells(self)
+
+    def named_query(self, name: str, method: str = "auto", cells: Any = None) -> Any:
+        """Run one of the workflow's named queries (e.g. ``BQ3``); ``cells`` as returned by
+        :meth:`named_query_cells` skips choosing them again."""
+        if cells is None:
+            cells = self.named_query_cells(name)
+        q = self.workflow.queries[name]
         return self.query_executor().query(q.direction, cells, q.start, q.path, q.to, method)
 
 

@@ -47,6 +47,9 @@ from subzero.runtime import ChunkContext, PairBatch
 METHODS = ("auto", "map", "stored", "reexec")
 MAX_JSON_CELLS = 10_000
 
+# re-execution goes to Spark only when the driver would need longer than this
+SPARK_REEXEC_MIN_S = 1.0
+
 # One reader per shard for the whole process: LMDB refuses to open an environment twice in
 # one process, and a finished run's shards never change, so executors share them.
 _READERS: dict[str, Any] = {}
@@ -461,7 +464,7 @@ class QueryExecutor:
                 tiles, cells = self._tiles(op, i, backward, f)
                 est[(kind, s)] = c.reexec_cost(
                     self._stats(op.name).get("runtime_nolineage_s"), out_size, cells,
-                    len(tiles), self._use_spark(cells, len(tiles)))
+                    len(tiles), self._use_spark(cells, len(tiles), op))
         if method != "auto":
             forced = [(k, s) for k, s in options if k == method]
             if forced:
@@ -576,22 +579,40 @@ class QueryExecutor:
             if hit:
                 tiles.append(box)
         if len(tiles) > 64:  # many tiles: fewer, larger tasks (the run's own chunks)
-            coarse = []
-            for _, box in chunk_grid(op.out_shape, chunk):
-                sub = f[box.slices] if backward else f[op.input_box(box, i).slices]
-                if sub.any():
-                    coarse.append(box)
-            tiles = coarse
+            tiles = self._coarse(op, i, backward, f)
         return tiles, int(sum(b.size for b in tiles))
 
-    def _use_spark(self, cells: int, tasks: int) -> bool:
+    def _coarse(self, op: Any, i: int, backward: bool, f: np.ndarray) -> list[Box]:
+        """The run's own chunks that the frontier touches."""
+        from subzero.chunking import chunk_grid
+
+        out = []
+        for _, box in chunk_grid(op.out_shape, self.run.chunks(op.name)):
+            sub = f[box.slices] if backward else f[op.input_box(box, i).slices]
+            if sub.any():
+                out.append(box)
+        return out
+
+    def _driver_estimate(self, op: Any, cells: int) -> float:
+        """Seconds to re-execute ``cells`` output cells of ``op`` on the driver."""
+        total = int(np.prod(op.out_shape))
+        runtime = self._stats(op.name).get("runtime_nolineage_s")
+        return self.costs.reexec_cost(runtime, total, cells, 1, False)
+
+    def _use_spark(self, cells: int, tasks: int, op: Any = None) -> bool:
+        """Spark only pays when the driver would be busy for a while: each Spark task costs
+        tens of milliseconds before it starts, and the driver needs none of that."""
         if self.where == "driver":
             return False
         if self.where == "spark":
             return True
         from subzero.spark import active_session
 
-        return active_session() is not None and tasks > 1 and cells > (1 << 18)
+        if active_session() is None or tasks < 2:
+            return False
+        estimate = (self._driver_estimate(op, cells) if op is not None
+                    else cells * self.costs.reexec_per_cell * self.costs.trace_factor)
+        return estimate > SPARK_REEXEC_MIN_S
 
     def _reexec(self, op: Any, i: int, backward: bool, f: np.ndarray) -> np.ndarray:
         tiles, cells = self._tiles(op, i, backward, f)
@@ -601,7 +622,9 @@ class QueryExecutor:
             return res
         join = _join_backward if backward else _join_forward
         reduce = partial(join, i=i, packed=np.packbits(f.reshape(-1)), shape=f.shape)
-        where = "spark" if self._use_spark(cells, len(tiles)) else "driver"
+        where = "spark" if self._use_spark(cells, len(tiles), op) else "driver"
+        if where == "spark" and op.parallelism.kind != "global":
+            tiles = self._coarse(op, i, backward, f)  # few large tasks, not many small ones
         results = reexecute(self.run, op.name, boxes=tiles, reduce=reduce, where=where)
         flat = res.reshape(-1)
         for r in results:

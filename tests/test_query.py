@@ -270,3 +270,46 @@ def test_query_time_optimizer_switches_from_slow_stored_lineage(spark, tmp_path)
     r3, step3 = q2.step("smooth", 0, "forward", frontier(SHAPE, cells))
     assert step3.method == "stored:full-one-fwd"
     assert np.array_equal(r3, run.op("smooth").map_f(frontier(SHAPE, cells), 0))
+
+
+FULL_STRATEGIES = ("full-one-bwd", "full-one-fwd", "full-many-bwd", "full-many-fwd")
+PAYLOAD_STRATEGIES = ("pay-one-bwd", "pay-many-bwd", "comp-one-bwd", "comp-many-bwd")
+
+
+@pytest.fixture(scope="module")
+def encoded_runs(spark, tmp_path_factory):
+    """One run per stored strategy: `smooth` of the example and `flare` of the flare
+    workflow each keep their lineage in that strategy only."""
+    home = tmp_path_factory.mktemp("encoded")
+    runs = {}
+    for s in FULL_STRATEGIES:
+        runs[("example", s)] = run_workflow(
+            example.build(shape=SHAPE, seed=5), home, plan={"smooth": [s]},
+            chunking=Chunking(split=3), spark=spark).run
+    for s in FULL_STRATEGIES + PAYLOAD_STRATEGIES:
+        runs[("flares", s)] = run_workflow(flare_workflow(), home, plan={"flare": [s]},
+                                           chunking=Chunking(split=2), spark=spark).run
+    return home, runs
+
+
+@pytest.mark.parametrize("direction", ["backward", "forward"])
+def test_every_encoding_in_both_directions_gives_the_same_cells(homes, encoded_runs,
+                                                                direction):
+    home, runs = encoded_runs
+    rng = np.random.default_rng(3)
+    for wf, op_name, strategies in (("example", "smooth", FULL_STRATEGIES),
+                                    ("flares", "flare", FULL_STRATEGIES + PAYLOAD_STRATEGIES)):
+        reference = qx(homes, wf, "blackbox")  # re-execution: the ground truth
+        op = reference.run.op(op_name)
+        shape = op.out_shape if direction == "backward" else op.in_shapes[0]
+        cells = [frontier(shape, rng.choice(int(np.prod(shape)), size=k, replace=False)
+                          .astype(np.uint64)) for k in (1, 7, 40)]
+        if op_name == "flare":  # include flared pixels (those with payloads)
+            cells.append(frontier(shape, _flared_cells(homes)[:4]))
+        for f in cells:
+            want, _ = reference.step(op_name, 0, direction, f, method="reexec")
+            for s in strategies:
+                q = QueryExecutor(load_run(home, runs[(wf, s)]), log=False)
+                got, step = q.step(op_name, 0, direction, f, method="stored")
+                assert step.method == f"stored:{s}", (s, step.method)
+                assert np.array_equal(got, want), (wf, s, direction, int(f.sum()))
