@@ -191,6 +191,9 @@ def cmd_show(args: argparse.Namespace) -> int:
                      human_bytes(s.get("lineage_bytes")), s.get("pairs") or 0))
     print(table(rows, ("operator", "kind", "inputs", "strategies", "parallelism",
                        "runtime_s", "lineage", "pairs")))
+    notes = [(n, s["note"]) for n, s in stats.items() if s.get("note")]
+    for n, note in notes:
+        print(f"note: {n}: {note}")
     return 0
 
 
