@@ -196,7 +196,11 @@ class CostModel:
         return max(1, round(touched)), int(min(prof.out_size, cells))
 
     def reexec_cost(self, prof: OpProfile, n: float) -> float:
+        """Re-executing the tiles ``n`` frontier cells touch: what queries measured per cell
+        when they did it before, else estimated from the operator's runtime."""
         tiles, cells = self._tiles(prof, n)
+        if prof.reexec_s_per_cell is not None:
+            return self.query.reexec_fixed_driver + prof.reexec_s_per_cell * cells
         return self.query.reexec_cost(prof.runtime_s or None, prof.out_size, cells, tiles,
                                       on_spark=False)
 

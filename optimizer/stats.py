@@ -123,6 +123,9 @@ class OpProfile:
     modes: dict[Mode, ModeStats] = field(default_factory=dict)
     measured: dict[str, Measured] = field(default_factory=dict)
     probes: dict[str, "Probe"] = field(default_factory=dict)
+    #: seconds per output cell that queries measured when they re-executed this operator
+    #: on the driver (None: never observed; the cost model estimates it)
+    reexec_s_per_cell: float | None = None
 
     @property
     def out_size(self) -> int:
@@ -439,6 +442,7 @@ def load_profiles(home: Any, rid: str, sample: bool = True, catalog: Catalog | N
         modes = _stored_modes(cat, run.id)
         probes = _stored_probes(cat, run.id)
         measured = measured_strategies(cat, run.id)
+        observed = _observed_reexec(cat, run.id)
         cores = cpus or _cores(run.info)
         out: dict[str, OpProfile] = {}
         for name in run.workflow.order:
@@ -460,11 +464,30 @@ def load_profiles(home: Any, rid: str, sample: bool = True, catalog: Catalog | N
                 modes={m: ModeStats.from_row(v) for m, v in modes.get(name, {}).items()
                        if m is not Mode.BLACKBOX},
                 measured=measured.get(name, {}), probes=probes.get(name, {}),
+                reexec_s_per_cell=observed.get(name),
             )
         return out
     finally:
         if catalog is None:
             cat.close()
+
+
+def _observed_reexec(cat: Catalog, rid: str) -> dict[str, float]:
+    """Per operator, the re-execution cost (seconds per output cell) that queries measured
+    on the complete runs of the same workflow and shapes, the run's own first."""
+    info, arrays = cat.run(rid), cat.arrays(rid)
+    rows = [r for r in cat.statistics() if r["strategy"] == "reexec" and r["key"] == "s_per_cell"]
+    by_run: dict[str, dict[str, float]] = {}
+    for r in rows:
+        by_run.setdefault(r["run"], {})[r["op"]] = float(r["value"])
+    out: dict[str, float] = {}
+    others = [x for x in cat.runs() if x["id"] != rid and x["status"] == "complete"
+              and x["workflow"] == info["workflow"] and x["id"] in by_run
+              and _same_shapes(cat.arrays(x["id"]), arrays)]
+    for x in sorted(others, key=lambda x: x["seq"]):  # newer runs overwrite older ones
+        out.update(by_run[x["id"]])
+    out.update(by_run.get(rid, {}))
+    return out
 
 
 def _baseline_runtimes(cat: Catalog, rid: str) -> dict[str, float]:

@@ -49,6 +49,8 @@ MAX_JSON_CELLS = 10_000
 
 # re-execution goes to Spark only when the driver would need longer than this
 SPARK_REEXEC_MIN_S = 1.0
+# the statistics row (strategy column) of observed re-execution costs
+REEXEC_KEY = "reexec"
 
 # One reader per shard for the whole process: LMDB refuses to open an environment twice in
 # one process, and a finished run's shards never change, so executors share them.
@@ -462,9 +464,13 @@ class QueryExecutor:
                     est[(kind, s)] += c.map_cost(in_size, out_size)
             else:
                 tiles, cells = self._tiles(op, i, backward, f)
-                est[(kind, s)] = c.reexec_cost(
-                    self._stats(op.name).get("runtime_nolineage_s"), out_size, cells,
-                    len(tiles), self._use_spark(cells, len(tiles), op))
+                on_spark = self._use_spark(cells, len(tiles), op)
+                if not on_spark and self._observed(op.name) is not None:
+                    est[(kind, s)] = self._driver_estimate(op, cells)
+                else:
+                    est[(kind, s)] = c.reexec_cost(
+                        self._stats(op.name).get("runtime_nolineage_s"), out_size, cells,
+                        len(tiles), on_spark)
         if method != "auto":
             forced = [(k, s) for k, s in options if k == method]
             if forced:
@@ -525,6 +531,8 @@ class QueryExecutor:
 
     def _stored_payload(self, op: Any, i: int, backward: bool, f: np.ndarray, rows: list[dict],
                         composite: bool, deadline: float | None) -> np.ndarray:
+        from encoders.base import check_deadline
+
         in_shape, out_shape = op.in_shapes[i], op.out_shape
         if backward:
             q = np.flatnonzero(f).astype(np.uint64)
@@ -532,6 +540,7 @@ class QueryExecutor:
             res = np.zeros(in_shape, dtype=bool)
             covered = np.zeros(out_shape, dtype=bool)
             for payload, outs in group_by_payload(pairs):
+                check_deadline(deadline)
                 covered.reshape(-1)[outs.astype(np.intp)] = True
                 got = as_linear(op.map_p(to_coords(outs, out_shape), payload, i), in_shape)
                 res.reshape(-1)[got.astype(np.intp)] = True
@@ -545,6 +554,7 @@ class QueryExecutor:
         res = np.zeros(out_shape, dtype=bool)
         covered = np.zeros(out_shape, dtype=bool)
         for payload, outs in group_by_payload(pairs):
+            check_deadline(deadline)
             covered.reshape(-1)[outs.astype(np.intp)] = True
             hits = np.asarray(op.map_p_hits(to_coords(outs, out_shape), payload, i, f), bool)
             res.reshape(-1)[outs[hits].astype(np.intp)] = True
@@ -593,11 +603,33 @@ class QueryExecutor:
                 out.append(box)
         return out
 
+    def _observed(self, op_name: str) -> float | None:
+        """Seconds per re-executed output cell that earlier queries measured, if any."""
+        return self.stats.get((op_name, REEXEC_KEY), {}).get("s_per_cell")
+
     def _driver_estimate(self, op: Any, cells: int) -> float:
-        """Seconds to re-execute ``cells`` output cells of ``op`` on the driver."""
+        """Seconds to re-execute ``cells`` output cells of ``op`` on the driver: what earlier
+        re-executions of it took per cell when known, else the cost model's estimate."""
+        observed = self._observed(op.name)
+        if observed is not None:
+            return self.costs.reexec_fixed_driver + observed * cells
         total = int(np.prod(op.out_shape))
         runtime = self._stats(op.name).get("runtime_nolineage_s")
         return self.costs.reexec_cost(runtime, total, cells, 1, False)
+
+    def _record_reexec(self, op_name: str, cells: int, seconds: float) -> None:
+        """Remember what a driver re-execution cost (the paper's query-time statistics):
+        the next estimate for this operator, here and in the strategy optimizer, uses it."""
+        if cells <= 0:
+            return
+        obs = max(0.0, seconds - self.costs.reexec_fixed_driver) / cells
+        old = self._observed(op_name)
+        value = obs if old is None else 0.5 * (old + obs)
+        self.stats.setdefault((op_name, REEXEC_KEY), {})["s_per_cell"] = value
+        try:
+            self.catalog.set_statistics(self.run.id, op_name, REEXEC_KEY, {"s_per_cell": value})
+        except Exception:  # noqa: BLE001 - a read-only catalog must not fail a query
+            pass
 
     def _use_spark(self, cells: int, tasks: int, op: Any = None) -> bool:
         """Spark only pays when the driver would be busy for a while: each Spark task costs
@@ -625,7 +657,10 @@ class QueryExecutor:
         where = "spark" if self._use_spark(cells, len(tiles), op) else "driver"
         if where == "spark" and op.parallelism.kind != "global":
             tiles = self._coarse(op, i, backward, f)  # few large tasks, not many small ones
+        t0 = time.perf_counter()
         results = reexecute(self.run, op.name, boxes=tiles, reduce=reduce, where=where)
+        if where == "driver":
+            self._record_reexec(op.name, cells, time.perf_counter() - t0)
         flat = res.reshape(-1)
         for r in results:
             flat[np.asarray(r["result"], dtype=np.intp)] = True
