@@ -491,7 +491,21 @@ class _IdentityDefault:
         return False
 
 
-class CosmicRayDetect(_IdentityDefault, UDF):
+class _RadiusPayload:
+    """Payload = a radius (1 byte): the output cell depends on the clipped box of that
+    radius around it, in every input."""
+
+    in_shapes: tuple[Shape, ...]
+
+    def map_p(self, outcells: np.ndarray, payload: bytes, i: int) -> Any:
+        return _radius_cells(outcells, _radius_payload(payload), self.in_shapes[i])
+
+    def map_p_hits(self, outcells: np.ndarray, payload: bytes, i: int,
+                   frontier_in: np.ndarray) -> np.ndarray:
+        return _radius_hits(outcells, _radius_payload(payload), frontier_in)
+
+
+class CosmicRayDetect(_RadiusPayload, _IdentityDefault, UDF):
     """Cosmic-ray detection (UDF A/B, ``cr1``/``cr2``): :func:`detect_cosmic_rays`.
 
     Input: one background-subtracted exposure (``rmbg``). Output: bool mask.
@@ -588,15 +602,9 @@ class CosmicRayDetect(_IdentityDefault, UDF):
                     ctx.lwrite_pairs(rest, rest)
         return out
 
-    def map_p(self, outcells: np.ndarray, payload: bytes, i: int) -> Any:
-        return _radius_cells(outcells, _radius_payload(payload), self.in_shapes[i])
-
-    def map_p_hits(self, outcells: np.ndarray, payload: bytes, i: int,
-                   frontier_in: np.ndarray) -> np.ndarray:
-        return _radius_hits(outcells, _radius_payload(payload), frontier_in)
 
 
-class CosmicRayRemove(_IdentityDefault, UDF):
+class CosmicRayRemove(_RadiusPayload, _IdentityDefault, UDF):
     """Cosmic-ray removal (UDF C, ``rmcr``): :func:`remove_cosmic_rays` on inputs
     ``(image, mask)``; the window is the centred 5x5 one (the original's was mis-anchored).
 
@@ -654,12 +662,6 @@ class CosmicRayRemove(_IdentityDefault, UDF):
                     ctx.lwrite_pairs(rest, rest, rest)
         return out
 
-    def map_p(self, outcells: np.ndarray, payload: bytes, i: int) -> Any:
-        return _radius_cells(outcells, _radius_payload(payload), self.in_shapes[i])
-
-    def map_p_hits(self, outcells: np.ndarray, payload: bytes, i: int,
-                   frontier_in: np.ndarray) -> np.ndarray:
-        return _radius_hits(outcells, _radius_payload(payload), frontier_in)
 
 
 class StarDetect(_IdentityDefault, UDF):
