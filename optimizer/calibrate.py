@@ -260,6 +260,8 @@ def measure_lookups(scratch: Path, repeat: int, progress: Progress = None) -> di
                                     pairs, chunk=len(shards))["path"]
     pay_path = write_shard(scratch / "lookups", Strategy.parse("pay-one-bwd"), shape,
                            _payloads(shape, 1), chunk=9)["path"]
+    many_path = write_shard(scratch / "lookups", Strategy.parse("full-many-bwd"), shape,
+                            _stencil(shape, 0), chunk=10)["path"]
 
     def lookup(path: str, q: np.ndarray) -> None:
         r = open_shard(path)
@@ -286,6 +288,11 @@ def measure_lookups(scratch: Path, repeat: int, progress: Progress = None) -> di
 
     t_scan = _median_time(scan, repeat)
     scan_per_pair = max((t_scan - shard_fixed) / (shape[0] * shape[1]), 1e-10)
+    # a FullMany/PayMany lookup probes an R-tree first: what that adds to the same lookup
+    small = q[:100]
+    t_many = _median_time(lambda: lookup(many_path, small), repeat)
+    t_one_small = _median_time(lambda: lookup(shards["one"], small), repeat)
+    rtree_fixed = max(t_many - t_one_small, 1e-5)
 
     from subzero.cells import dilate, to_coords
     from subzero.query import group_by_payload
@@ -310,7 +317,7 @@ def measure_lookups(scratch: Path, repeat: int, progress: Progress = None) -> di
         progress("  query: lookups")
     return {"shard_fixed": shard_fixed, "lookup_per_cell": lookup_per_cell,
             "decode_per_cell": decode, "scan_per_pair": scan_per_pair,
-            "payload_per_group": payload_per_group}
+            "payload_per_group": payload_per_group, "rtree_fixed": rtree_fixed}
 
 
 def _reexec_jobs(scratch: Path, shape: tuple[int, int], chunk: tuple[int, int], modes: Any,

@@ -32,6 +32,7 @@ class QueryCosts:
     map_fixed: float = 5e-5
     map_per_cell: float = 1.5e-9  # per cell of the input plus output arrays
     shard_fixed: float = 2e-4  # open a shard, position a cursor
+    rtree_fixed: float = 3e-3  # *Many encodings: one R-tree probe of a shard
     lookup_per_cell: float = 2e-6  # matched direction, per query cell
     decode_per_cell: float = 2e-8  # per decoded lineage cell
     scan_per_pair: float = 1.5e-6  # mismatched direction: every stored pair
@@ -55,13 +56,22 @@ class QueryCosts:
 
     def stored_cost(self, matched: bool, payload: bool, forward: bool, n_query: int,
                     shards: int, pairs: int, out_cells: int, in_cells: int,
-                    groups: int | None = None) -> float:
+                    groups: int | None = None, many: bool = False) -> float:
         """Reading stored lineage for ``n_query`` frontier cells.
 
         ``pairs``/``out_cells``/``in_cells`` are the strategy's totals over its shards;
-        ``groups`` bounds the distinct payloads (one ``map_p`` call each), when known.
+        ``groups`` bounds the distinct payloads (one ``map_p`` call each), when known;
+        ``many``: a FullMany/PayMany encoding, whose matched lookups probe an R-tree.
         """
         fanin = in_cells / max(1, out_cells)
+        if many and (matched or (payload and not forward)):
+            return self._stored(matched, payload, forward, n_query, shards, pairs, fanin,
+                                groups) + shards * self.rtree_fixed
+        return self._stored(matched, payload, forward, n_query, shards, pairs, fanin, groups,
+                            in_cells + out_cells)
+
+    def _stored(self, matched: bool, payload: bool, forward: bool, n_query: int, shards: int,
+                pairs: int, fanin: float, groups: int | None, cells: int = 0) -> float:
         if payload:
             distinct = pairs if groups is None else max(1, groups)
             if forward:  # scan every pair and apply map_p
@@ -72,8 +82,7 @@ class QueryCosts:
         if matched:
             return (shards * self.shard_fixed + n_query * self.lookup_per_cell
                     + n_query * max(1.0, fanin) * self.decode_per_cell)
-        return shards * self.shard_fixed + pairs * self.scan_per_pair + (
-            in_cells + out_cells) * self.decode_per_cell
+        return shards * self.shard_fixed + pairs * self.scan_per_pair + cells * self.decode_per_cell
 
     def reexec_cost(self, op_runtime_s: float | None, total_cells: int, rerun_cells: int,
                     tasks: int, on_spark: bool) -> float:

@@ -29,6 +29,7 @@ catalog (the optimizer's workload).
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -215,6 +216,13 @@ class QueryExecutor:
         self.stats: dict[tuple[str, str], dict[str, float]] = {}
         for row in self.catalog.statistics(run.id):
             self.stats.setdefault((row["op"], row["strategy"]), {})[row["key"]] = row["value"]
+        # per (operator, strategy): shard count and totals, summed once (steps are hot)
+        self.totals: dict[tuple[str, str], tuple[int, int, int, int]] = {
+            key: (len(rows), sum(r["pairs"] or 0 for r in rows),
+                  sum(r["out_cells"] or 0 for r in rows), sum(r["in_cells"] or 0 for r in rows))
+            for key, rows in self.shards.items()}
+        self._methods: dict[str, list[tuple[str, Strategy | None]]] = {}
+        self._home = str(run.home)
 
     def close(self) -> None:
         if self._own_catalog:
@@ -384,6 +392,8 @@ class QueryExecutor:
     # -- one step --------------------------------------------------------------------------
     def methods(self, op_name: str) -> list[tuple[str, Strategy | None]]:
         """The access methods this run has for an operator (re-execution always)."""
+        if op_name in self._methods:
+            return self._methods[op_name]
         out: list[tuple[str, Strategy | None]] = []
         strategies = self.run.strategies(op_name)
         if Strategy.parse("map") in strategies:
@@ -392,6 +402,7 @@ class QueryExecutor:
             if s.stored and self.shards.get((op_name, s.name)):
                 out.append(("stored", s))
         out.append(("reexec", None))
+        self._methods[op_name] = out
         return out
 
     def step(self, op_name: str, i: int, direction: str, f: np.ndarray, method: str = "auto"
@@ -450,16 +461,15 @@ class QueryExecutor:
             if kind == "map":
                 est[(kind, s)] = c.map_cost(in_size, out_size)
             elif kind == "stored":
-                rows = self.shards[(op.name, s.name)]
+                n_shards, pairs, outs, ins = self.totals[(op.name, s.name)]
                 payload = s.mode in (Mode.PAY, Mode.COMP)
                 matched = payload and backward or (
                     s.direction is (Direction.BACKWARD if backward else Direction.FORWARD))
                 records = self.stats.get((op.name, s.name), {}).get("records")
                 est[(kind, s)] = c.stored_cost(
-                    matched, payload, not backward, n_in, len(rows),
-                    sum(r["pairs"] or 0 for r in rows), sum(r["out_cells"] or 0 for r in rows),
-                    sum(r["in_cells"] or 0 for r in rows),
-                    groups=int(records) if records is not None else None)
+                    matched, payload, not backward, n_in, n_shards, pairs, outs, ins,
+                    groups=int(records) if records is not None else None,
+                    many=s.encoding in ("FullMany", "PayMany"))
                 if s.mode is Mode.COMP:
                     est[(kind, s)] += c.map_cost(in_size, out_size)
             else:
@@ -481,12 +491,13 @@ class QueryExecutor:
 
     # -- stored lineage --------------------------------------------------------------------
     def _reader(self, row: dict[str, Any]) -> Any:
-        from encoders.lookup import open_shard
+        key = os.path.join(self._home, row["path"])  # the home is already absolute
+        reader = _READERS.get(key)
+        if reader is None:
+            from encoders.lookup import open_shard
 
-        key = str((self.run.home / row["path"]).resolve())
-        if key not in _READERS:
-            _READERS[key] = open_shard(key)
-        return _READERS[key]
+            reader = _READERS[key] = open_shard(key)
+        return reader
 
     def _stored(self, op: Any, i: int, backward: bool, f: np.ndarray, s: Strategy,
                 deadline: float | None) -> np.ndarray | None:
