@@ -175,7 +175,9 @@ def test_strategy_optimized_plans_from_the_catalog(home, spark, capsys):
 
 def test_the_query_log_steers_the_udf_towards_the_queried_direction(spark, tmp_path):
     h = tmp_path / "home"
-    wf = flare_workflow(shape=(120, 96))
+    # large enough that re-executing a tile (which queries now measure) clearly costs more
+    # than a stored lookup, so the workload's direction decides
+    wf = flare_workflow(shape=(400, 320))
     res = run_workflow(wf, h, strategy="blackbox", spark=spark, chunking=Chunking(split=2))
     run = Run(load_run(h, res.run))
     for k in range(3):  # forward queries from the flare input, logged
