@@ -20,8 +20,11 @@ query executor would run them (``encoders.lookup``; payload strategies include a
 with the query. All figures are medians of repeats, measured side by side in one process.
 
 Extra sections: ``targets`` (the issue's targets at fanin 10, fanout 1), ``relative``
-(per-pixel box lineage of an image with translation-invariant sets on and off) and
-``lmdb`` (page statistics, bytes per entry, and where LMDB or the R-tree dominates).
+(per-pixel box lineage of an image with translation-invariant sets on and off),
+``many_relative`` (FullMany on per-pixel lineage like the astronomy UDFs': identity, and a
+clipped 13 x 13 box around 5% of the pixels, with grouped relative entries on and off;
+queries of 1000 cells and of half the image, which scans) and ``lmdb`` (page statistics,
+bytes per entry, and where LMDB or the R-tree dominates).
 """
 
 from __future__ import annotations
@@ -254,6 +257,55 @@ def relative_section(home: Path, radii: tuple[int, ...], side: int, repeat: int
     return out
 
 
+def many_relative_section(home: Path, side: int, repeat: int) -> list[dict[str, Any]]:
+    """FullMany (both directions) on per-pixel lineage of a side x side image: every pixel
+    depends on itself, 5% of them (a cosmic-ray detector's candidates) on the clipped
+    13 x 13 box around them. Grouped relative entries ``auto`` against ``never``."""
+    from encoders.full_many import FullMany
+
+    shape = (side, side)
+    cells = np.arange(side * side, dtype=np.uint64)
+    rng = np.random.default_rng(5)
+    flag = rng.random(len(cells)) < 0.05
+    box = box_neighbours(to_coords(cells[flag], shape), (6, 6), shape)
+    rest = Ragged.from_singletons(cells[~flag])
+    pairs = PairBatch.concat([PairBatch(Ragged.from_singletons(cells[flag]), ins=(box,)),
+                              PairBatch(rest, ins=(rest,))])
+    q1k = np.unique(rng.choice(cells, 1000, replace=False))
+    half = np.unique(rng.choice(cells, len(cells) // 2, replace=False))
+    out = []
+    for direction in ("bwd", "fwd"):
+        for policy in ("auto", "never"):
+            sp = ShardSpec(str(home), "manyrel", f"{direction}{policy}",
+                           Strategy.parse(f"full-many-{direction}"), (0,), Box.full(shape),
+                           shape, (shape,), 0)
+            enc = FullMany(direction, relative=policy)
+
+            def once() -> dict[str, Any]:
+                sink = ShardSink(sp, encoding=enc)
+                sink.write(pairs)
+                return sink.close()
+
+            w, _, st = timed(once, repeat)
+            row = {"direction": direction, "relative": policy, "pixels": side * side,
+                   "flagged": int(flag.sum()), "write_s": w, "records": st["records"],
+                   "disk_bytes": st["data_bytes"] + st["index_bytes"],
+                   "bytes_per_pixel": (st["data_bytes"] + st["index_bytes"]) / (side * side)}
+            with lookup.open_shard(st["path"]) as rd:
+                for label, q in (("1000", q1k), ("half", half)):
+                    rd.backward(q, 0), rd.forward(q, 0)
+                    row[f"backward_{label}_s"] = timed(lambda: rd.backward(q, 0), 3)[0]
+                    row[f"forward_{label}_s"] = timed(lambda: rd.forward(q, 0), 3)[0]
+            out.append(row)
+            print(f"  many-relative {direction} {policy:5s}: write {w:.3f} s, "
+                  f"{row['disk_bytes'] / 1e6:.2f} MB, {st['records']} records, bwd 1000 "
+                  f"{row['backward_1000_s'] * 1e3:.1f} ms, bwd half "
+                  f"{row['backward_half_s'] * 1e3:.1f} ms, fwd 1000 "
+                  f"{row['forward_1000_s'] * 1e3:.1f} ms", file=sys.stderr)
+        shutil.rmtree(home / "runs", ignore_errors=True)
+    return out
+
+
 def lmdb_section(home: Path) -> dict[str, Any]:
     """LMDB page behaviour at the target point (fanin 10, fanout 1, 100k output cells):
     the cell index and heap of FullOne/PayOne, the per-pair entries of FullMany, and the
@@ -412,6 +464,7 @@ def main() -> None:
                 print(f"fanout {fo}, fanin {fi}", file=sys.stderr)
                 rows += measure_point(fi, fo, tmp, wrep, qrep)
         rel = relative_section(tmp, (1,) if args.quick else (1, 3), 512, 1 if args.quick else 3)
+        many_rel = many_relative_section(tmp, 512 if args.quick else 1024, 1 if args.quick else 3)
         lm = lmdb_section(tmp)
         pngs = plot(rows, args.png) if args.png else []
     finally:
@@ -420,7 +473,7 @@ def main() -> None:
           "queries": {"backward_cells": 1000, "forward_cells": 1000},
           "repeat": {"write": wrep, "query": qrep}, "rows": rows, "targets": targets(rows),
           "size_model_measured_over_predicted": model_accuracy(rows),
-          "relative": rel, "lmdb": lm, "plots": pngs,
+          "relative": rel, "many_relative": many_rel, "lmdb": lm, "plots": pngs,
           "elapsed_s": time.perf_counter() - t0}, args.out)
 
 

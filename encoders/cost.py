@@ -13,7 +13,10 @@ Inputs are the statistics the catalog keeps per shard (``pairs``, ``out_cells``,
 - PayOne: ``K * ITEM + K / RUN_FILL * RUN_OVERHEAD + D * payload`` with ``D`` distinct
   payloads (``P`` in the worst case);
 - FullMany / PayMany: ``P * (ENTRY_OVERHEAD + set(f) + set(n) or payload)`` in LMDB plus
-  ``P * RTREE_ENTRY`` for the R-tree.
+  ``P * RTREE_ENTRY`` for the R-tree. Like FullOne's shared records, FullMany's groups of
+  translated one-output-cell pairs (:mod:`encoders.relgroups`) are not modelled: the
+  statistics cannot tell translated lineage from scattered lineage, so for per-pixel
+  lineage this is an upper bound (measured shard sizes replace it once a run has them).
 
 Time: writing costs ``WRITE_PER_BYTE`` per stored byte plus ``WRITE_PER_CELL`` per cell
 encoded; a matched lookup costs ``LOOKUP_FIXED`` plus ``per cell`` (index run reads for

@@ -35,6 +35,42 @@ def member(sorted_q: np.ndarray, x: np.ndarray) -> np.ndarray:
     return sorted_q[idx] == x
 
 
+class Members:
+    """``x in q`` for many batches of ``x`` against one query (sorted unique uint64 ``q``
+    in an array of ``size`` cells).
+
+    A large query becomes a dense bool mask (one byte per cell of the array, so only when
+    that costs at most :data:`DENSE_BYTES_PER_CELL` bytes per query cell or 4 MiB): an
+    indexed load instead of a binary search of a big array per tested cell, which is what
+    makes scanning a shard against a frontier of half the array cheap. ``x`` must hold
+    cells of the array (below ``size``).
+
+    >>> m = Members(np.array([2, 5], dtype=np.uint64), 8)
+    >>> m(np.array([5, 6], dtype=np.uint64)).tolist()
+    [True, False]
+    """
+
+    def __init__(self, q: np.ndarray, size: int) -> None:
+        self.q = q
+        self.mask: np.ndarray | None = None
+        self.size = int(size)
+        # built on first use: many lookups never test single cells against the query
+        self._dense = (len(q) >= DENSE_MIN
+                       and self.size <= max(1 << 22, DENSE_BYTES_PER_CELL * len(q)))
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        if self._dense and self.mask is None:
+            self.mask = np.zeros(self.size, dtype=bool)
+            self.mask[self.q] = True
+        if self.mask is not None:
+            return self.mask[x]
+        return member(self.q, x)
+
+
+DENSE_MIN = 4096            # below this a binary search of q is as fast as a mask
+DENSE_BYTES_PER_CELL = 64   # mask bytes allowed per query cell
+
+
 def clip_range(q: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """The part of sorted ``q`` inside ``[lo, hi]``."""
     a = np.searchsorted(q, np.uint64(lo), side="left")
@@ -108,5 +144,5 @@ def touches(q: np.ndarray, space: dict, shape: Sequence[int]) -> bool:
     return bool(inside.any())
 
 
-__all__ = ["as_query", "member", "clip_range", "coords", "run_boxes", "row_bboxes",
-           "lin_range_box", "touches", "offsets_from_lengths"]
+__all__ = ["as_query", "member", "Members", "clip_range", "coords", "run_boxes",
+           "row_bboxes", "lin_range_box", "touches", "offsets_from_lengths"]

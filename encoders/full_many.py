@@ -4,9 +4,23 @@ Each entry (see :mod:`encoders.pairtable`) stores the pair's output cells and it
 cells per input; an R-tree over the bounding boxes of the *key* cells (output cells when
 backward-optimized, input-``i`` cells per input when forward-optimized) finds the entries
 a frontier touches. An entry's output cells are stored once however many they are, which
-is why FullMany wins at high fanout; at fanout 1 the R-tree costs more than FullOne's
-index. Input sets of an input shaped like the output are stored relative to the entry's
-first output cell (smaller varints). Pairs with identical key sets merge into one entry.
+is why FullMany wins at high fanout. Input sets of an input shaped like the output are
+stored relative to the entry's first output cell (smaller varints). Pairs with identical
+key sets merge into one entry.
+
+Per-pixel lineage (one output cell per pair: identity, stencil boxes, windows) would cost
+an entry and an R-tree box per cell, about 70 bytes. Such pairs are grouped instead
+(:mod:`encoders.relgroups`): pairs whose input cells sit at the same offsets from their
+output cell, in one tile of about 4096 cells, share one entry ``(cells, offsets)`` and one
+R-tree box, in both directions; clipped border sets have other offsets, so the groups stay
+exact. ``relative="auto"`` groups offsets that at least two pairs of a tile share (a lone
+pair is no smaller as a group); the rest stay plain entries. R-tree ids past the plain
+entries are groups.
+
+Lookups read the entries and groups the R-tree finds, or scan them all when the frontier
+has so many runs that probing would cost more (and always in the mismatched direction);
+cells are tested against a large frontier with a dense mask (:class:`encoders.frontier.
+Members`), so a scan costs about a microsecond per plain entry.
 
 >>> FullMany("fwd").direction.value
 'fwd'
@@ -18,8 +32,15 @@ from typing import Sequence
 
 import numpy as np
 
-from encoders import pairtable
-from encoders.base import EncodedShard, Encoding, Estimate, ShardData
+from encoders import pairtable, relgroups
+from encoders.base import (
+    EncodedShard,
+    Encoding,
+    Estimate,
+    ShardData,
+    SpatialIndex,
+    Table,
+)
 from encoders.codec import add_anchors, decode_sets, set_token_count, set_tokens
 from encoders.csr import (
     interleave,
@@ -30,7 +51,7 @@ from encoders.csr import (
     union_by_owner,
     uniq,
 )
-from encoders.frontier import as_query, lin_range_box, member, touches
+from encoders.frontier import Members, as_query, lin_range_box, touches
 from encoders.full_one import drop_lineless
 from encoders.hashing import dedup_rows
 from encoders.pairs import spec_meta
@@ -52,6 +73,16 @@ def _union(r: Ragged, group: np.ndarray, n: int) -> Ragged:
     """Row ``g`` of the result = union of the rows of ``r`` in group ``g``."""
     owner = group[row_ids(np.asarray(r.offsets, dtype=np.int64))]
     return _rag(*union_by_owner(r.values, owner, n))
+
+
+def parse_policy(relative: str) -> str:
+    """``relative`` as one of ``"auto"``, ``"always"``, ``"never"`` (else ModeError)."""
+    if relative not in ("auto", "always", "never"):
+        from subzero.errors import ModeError
+
+        raise ModeError(f"relative must be 'auto', 'always' or 'never'. Got {relative!r} "
+                        "instead.")
+    return relative
 
 
 def merge_entries(out: Ragged, ins: Sequence[Ragged], backward: bool
@@ -89,7 +120,10 @@ def input_sets(tok: np.ndarray, after_out: np.ndarray, anchors: np.ndarray,
 class FullMany(Encoding):
     """Full lineage, one entry per region pair plus R-trees (see the module docstring).
 
-    ``relative`` is ``"auto"`` (relative input sets where shapes match) or ``"never"``.
+    ``relative`` is ``"auto"`` (relative input sets where shapes match; grouped entries for
+    offsets that at least two one-output-cell pairs of a tile share), ``"always"`` (every
+    one-output-cell pair in a group, even alone: for tests) or ``"never"`` (absolute sets,
+    one entry per pair). ``tile``: cells per tile (a group's output cells lie in one tile).
     """
 
     name = "FullMany"
@@ -97,9 +131,10 @@ class FullMany(Encoding):
     directions = frozenset({Direction.BACKWARD, Direction.FORWARD})
 
     def __init__(self, direction: Direction | str = Direction.BACKWARD,
-                 relative: str = "auto") -> None:
+                 relative: str = "auto", tile: int = relgroups.TILE) -> None:
         super().__init__(Direction(direction))
-        self.relative = relative
+        self.relative = parse_policy(relative)
+        self.tile = int(tile)
 
     def encode(self, pairs: PairBatch | None, spec: ShardSpec) -> EncodedShard:
         meta = spec_meta(spec, self.name, self.direction.value)
@@ -113,29 +148,59 @@ class FullMany(Encoding):
         rel = [self.relative != "never" and tuple(s) == tuple(spec.out_shape)
                for s in spec.in_shapes]
         anchors = out.values[out.offsets[:-1]]
-        parts = [set_tokens(out.values, out.offsets, spec.out_shape)]
-        parts += [set_tokens(r.values, r.offsets, s, anchors if rl else None)
+        out_tok = set_tokens(out.values, out.offsets, spec.out_shape)
+        in_tok = [set_tokens(r.values, r.offsets, s, anchors if rl else None)
                   for r, s, rl in zip(ins, spec.in_shapes, rel)]
+        groups = relgroups.build(out, ins, in_tok, rel, spec.in_shapes, spec.out_shape,
+                                 self.relative, self.tile)
+        plain = np.arange(len(out), dtype=np.int64)
+        parts = [out_tok, *in_tok]
+        if groups is not None:
+            plain = np.setdiff1d(plain, groups.rows, assume_unique=True)
+            parts = [take_rows(t, o, plain) for t, o in parts]
         tok, toff = interleave(parts)
         b, blen = varint_encode(tok)
         body_off = offsets_from_lengths(blen)[toff]
+        n_plain, n_groups = len(plain), 0 if groups is None else len(groups)
+        tables = [pairtable.entry_table(b, body_off)] if n_plain else []
+        if n_groups:
+            tables.append(Table(relgroups.TABLE, np.arange(n_groups, dtype=np.uint64),
+                                values=Ragged(groups.records, groups.record_offsets)))
+        def kept(r: Ragged) -> Ragged:  # the plain entries' rows
+            return r if groups is None else _take(r, plain)
+
         if bwd:
-            trees = [pairtable.spatial_index("out", out, spec.out_shape)]
+            boxes = None if groups is None else relgroups.key_boxes(groups, spec.out_shape)
+            trees = [self._tree("out", kept(out), spec.out_shape, boxes)]
             spaces = {"out": lin_range_box(out.values, spec.out_shape)}
         else:
-            trees = [pairtable.spatial_index(f"in{i}", r, s)
+            trees = [self._tree(f"in{i}", kept(r), s, None if groups is None else
+                                relgroups.input_boxes(groups, r, s, spec.out_shape))
                      for i, (r, s) in enumerate(zip(ins, spec.in_shapes))]
             spaces = {f"in{i}": lin_range_box(r.values, s)
                       for i, (r, s) in enumerate(zip(ins, spec.in_shapes))}
-        meta.update(empty=False, entries=int(len(out)), records=int(len(out)), relative=rel,
-                    key_spaces=spaces, merged=int(len(pairs) - len(out)))
-        return EncodedShard(tables=[pairtable.entry_table(b, body_off)], rtrees=trees,
-                            meta=meta)
+        meta.update(empty=False, entries=int(n_plain), groups=int(n_groups),
+                    records=int(n_plain + n_groups), relative=rel, key_spaces=spaces,
+                    merged=int(len(pairs) - len(out)), tile=self.tile,
+                    grouped_pairs=int(0 if groups is None else len(groups.rows)))
+        return EncodedShard(tables=tables, rtrees=trees, meta=meta)
+
+    @staticmethod
+    def _tree(name: str, sets: Ragged, shape: Sequence[int],
+              group_boxes: tuple[np.ndarray, np.ndarray, np.ndarray] | None) -> SpatialIndex:
+        """One R-tree: plain entries (ids ``0..``) then groups (ids after them)."""
+        sp = pairtable.spatial_index(name, sets, shape)
+        if group_boxes is None:
+            return sp
+        gids, mins, maxs = group_boxes
+        return SpatialIndex(name, np.concatenate([sp.ids, len(sets) + gids]),
+                            np.concatenate([sp.mins, mins.astype(np.float64)]),
+                            np.concatenate([sp.maxs, maxs.astype(np.float64)]))
 
     # -- lookups ---------------------------------------------------------------------------
     def _query(self, shard: ShardData, q: np.ndarray, key: int, target: int,
                deadline: float | None) -> np.ndarray:
-        """Cells of set ``target`` of the entries whose set ``key`` meets ``q``
+        """Cells of set ``target`` of the pairs whose set ``key`` meets ``q``
         (set -1 is the output cells, ``i >= 0`` input ``i``)."""
         m = shard.meta
         if m.get("empty") or len(q) == 0:
@@ -152,16 +217,31 @@ class FullMany(Encoding):
                 return np.empty(0, dtype=np.uint64)
         else:
             ids = None  # mismatched direction: scan every entry
+        n_plain = int(m.get("entries", 0))
+        members = Members(q, int(np.prod(key_shape, dtype=np.int64)))
+        res = []
+        if n_plain and (ids is None or ids[0] < n_plain):
+            pids = None if ids is None else ids[ids < n_plain]
+            res += self._plain(shard, pids, q, members, key, target, deadline)
+        if m.get("groups") and (ids is None or ids[-1] >= n_plain):
+            gids = None if ids is None else ids[ids >= n_plain] - np.uint64(n_plain)
+            res += self._groups(shard, gids, q, members, key, target, deadline)
+        return uniq(np.concatenate(res)) if res else np.empty(0, dtype=np.uint64)
+
+    @staticmethod
+    def _plain(shard: ShardData, ids: np.ndarray | None, q: np.ndarray, members: Members,
+               key: int, target: int, deadline: float | None) -> list[np.ndarray]:
+        out_shape, in_shapes = shard.meta["out_shape"], shard.meta["in_shapes"]
         res = []
         for batch in pairtable.entries(shard, ids, deadline):
             tok, toff, _ = pairtable.tokens(batch)
             ov, oo, _, after_out = decode_sets(tok, toff[:-1], out_shape)
             anchors = ov[oo[:-1]]
             if key < 0:
-                hit = segment_any(member(q, ov), oo)
+                hit = segment_any(members(ov), oo)
             else:
                 kv, ko = input_sets(tok, after_out, anchors, in_shapes, key)
-                hit = segment_any(member(q, kv), ko)
+                hit = segment_any(members(kv), ko)
             rows = np.flatnonzero(hit)
             if len(rows) == 0:
                 continue
@@ -170,7 +250,26 @@ class FullMany(Encoding):
             else:
                 res.append(input_sets(tok, after_out[rows], anchors[rows], in_shapes,
                                       target)[0])
-        return uniq(np.concatenate(res)) if res else np.empty(0, dtype=np.uint64)
+        return res
+
+    @staticmethod
+    def _groups(shard: ShardData, ids: np.ndarray | None, q: np.ndarray, members: Members,
+                key: int, target: int, deadline: float | None) -> list[np.ndarray]:
+        out_shape, in_shapes = shard.meta["out_shape"], shard.meta["in_shapes"]
+        # coordinate boxes narrow a forward lookup when the input is shaped like the output
+        same = key >= 0 and tuple(in_shapes[key]) == tuple(out_shape)
+        res = []
+        for batch in pairtable.entries(shard, ids, deadline, relgroups.TABLE):
+            tok, toff, _ = pairtable.tokens(batch)
+            d = relgroups.decode_keys(tok, toff[:-1])
+            if key < 0:
+                ov, oo = relgroups.offset_sets(tok, d, target, in_shapes)
+                res.append(relgroups.backward_cells(d, q, ov, oo))
+            else:
+                ov, oo = relgroups.offset_sets(tok, d, key, in_shapes)
+                res.append(relgroups.forward_cells(d, q, members, ov, oo,
+                                                   out_shape if same else None, deadline))
+        return res
 
     def backward(self, shard: ShardData, out_lin: np.ndarray, i: int,
                  deadline: float | None = None) -> np.ndarray:

@@ -13,6 +13,9 @@ R-trees
     meeting any run, reads those entries and keeps the ones whose key cells really meet the
     frontier (boxes are only a filter). When the frontier has so many runs that probing
     would cost more than reading every entry, it scans instead (:func:`candidates`).
+
+FullMany adds a second table of grouped entries (:mod:`encoders.relgroups`) whose R-tree
+boxes share these trees, with ids after the plain entries.
 """
 
 from __future__ import annotations
@@ -47,24 +50,26 @@ def spatial_index(name: str, sets: Ragged, shape: Sequence[int]) -> SpatialIndex
 
 def candidates(shard: ShardData, tree: str, q: np.ndarray, shape: Sequence[int]
                ) -> np.ndarray | None:
-    """Entry numbers an R-tree finds for the cells ``q``, or None to scan every entry."""
+    """Entry numbers an R-tree finds for the cells ``q``, or None to scan every entry
+    (FullMany's grouped entries count as entries: R-tree ids past ``entries`` are theirs)."""
     mins, maxs = run_boxes(q, shape)
-    if len(mins) * PROBE_PER_ENTRY > max(1, int(shard.meta.get("entries", 0))):
+    n = int(shard.meta.get("entries", 0)) + int(shard.meta.get("groups", 0))
+    if len(mins) * PROBE_PER_ENTRY > max(1, n):
         return None
     return shard.rtree_query(tree, mins, maxs).astype(np.uint64)
 
 
-def entries(shard: ShardData, ids: np.ndarray | None, deadline: float | None
-            ) -> Iterator[Ragged]:
+def entries(shard: ShardData, ids: np.ndarray | None, deadline: float | None,
+            table: str = TABLE) -> Iterator[Ragged]:
     """Entry records of ``ids`` (every entry when None), in batches."""
     if ids is None:
-        for _, vals in shard.scan(TABLE, _BATCH):
+        for _, vals in shard.scan(table, _BATCH):
             check_deadline(deadline)
             yield vals
         return
     for s in range(0, len(ids), _BATCH):
         check_deadline(deadline)
-        _, vals = shard.values(TABLE, ids[s:s + _BATCH])
+        _, vals = shard.values(table, ids[s:s + _BATCH])
         yield vals
 
 
