@@ -17,6 +17,8 @@ from typing import Sequence
 
 import numpy as np
 
+from subzero.cells import unique as uniq  # noqa: F401  (sorted distinct values)
+
 U64 = np.uint64
 
 
@@ -77,18 +79,6 @@ def interleave(parts: Sequence[tuple[np.ndarray, np.ndarray]], dtype=None
             out[np.cumsum(marks[:-1], dtype=np.int8).view(bool)] = v
         base += ln
     return out, out_off
-
-
-def uniq(x: np.ndarray) -> np.ndarray:
-    """Sorted distinct values (``np.unique`` without its hash path, which numpy 2.3+ takes
-    for unsorted input and which is two orders of magnitude slower on 10M uint64)."""
-    s = np.sort(np.asarray(x).reshape(-1))
-    if len(s) < 2:
-        return s
-    keep = np.empty(len(s), dtype=bool)
-    keep[0] = True
-    np.not_equal(s[1:], s[:-1], out=keep[1:])
-    return s[keep]
 
 
 def uniq_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

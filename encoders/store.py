@@ -47,6 +47,7 @@ from encoders.base import EncodedShard, ShardData, SpatialIndex
 from encoders.csr import offsets_from_lengths, uniq
 from subzero.cells import Ragged
 from subzero.chunking import chunk_key
+from subzero.jsonio import json_default
 from subzero.runtime import ShardSpec
 
 META = "meta.json"
@@ -226,7 +227,7 @@ class ShardWriter:
         meta["files"] = {f.name: f.stat().st_size for f in tmp.iterdir()}
         stats["path"] = str(self.dest)
         meta["stats"] = stats
-        (tmp / META).write_text(json.dumps(meta, default=_json_default))
+        (tmp / META).write_text(json.dumps(meta, default=json_default))
         return self.publish(stats)
 
     def publish(self, stats: dict[str, Any]) -> dict[str, Any]:
@@ -264,16 +265,6 @@ class ShardWriter:
         if self.tmp is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp = None
-
-
-def _json_default(o: Any) -> Any:
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
 
 # ---------------------------------------------------------------------------------------

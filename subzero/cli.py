@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from subzero.errors import SubZeroError
+from subzero.jsonio import json_default
 from subzero.sizes import human_bytes, parse_size
 
 EXIT_USAGE = 2
@@ -51,17 +52,10 @@ def emit_json(obj: Any) -> None:
 
 
 def _json_default(o: Any) -> Any:
-    import numpy as np
-
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, tuple):
-        return list(o)
-    return str(o)
+    try:
+        return json_default(o)
+    except TypeError:
+        return str(o)
 
 
 # ---------------------------------------------------------------------------------------
