@@ -331,7 +331,8 @@ class QueryExecutor:
                    method: str) -> tuple[np.ndarray, list[Step]]:
         done: list[Step] = []
         for op_name, i in steps:
-            f, step = self.step(op_name, i, direction, f, method)
+            f, step = self.step(op_name, i, direction, f, method,
+                                done[-1].out_count if done else None)
             done.append(step)
         return f, done
 
@@ -405,15 +406,15 @@ class QueryExecutor:
         self._methods[op_name] = out
         return out
 
-    def step(self, op_name: str, i: int, direction: str, f: np.ndarray, method: str = "auto"
-             ) -> tuple[np.ndarray, Step]:
+    def step(self, op_name: str, i: int, direction: str, f: np.ndarray, method: str = "auto",
+             n_in: int | None = None) -> tuple[np.ndarray, Step]:
         """Map frontier ``f`` through input ``i`` of ``op_name`` (backward: output -> input
-        i; forward: input i -> output)."""
+        i; forward: input i -> output). ``n_in``: ``f``'s cell count, when known."""
         t0 = time.perf_counter()
         op = self.run.op(op_name)
         backward = direction == "backward"
         out_shape = op.in_shapes[i] if backward else op.out_shape
-        n_in = int(np.count_nonzero(f))
+        n_in = int(np.count_nonzero(f)) if n_in is None else int(n_in)
         note = ""
         if n_in == 0:
             res, used = np.zeros(out_shape, dtype=bool), "empty"
@@ -547,18 +548,23 @@ class QueryExecutor:
         in_shape, out_shape = op.in_shapes[i], op.out_shape
         if backward:
             q = np.flatnonzero(f).astype(np.uint64)
-            pairs = self._payload_pairs(rows, q, f, deadline)
-            res = np.zeros(in_shape, dtype=bool)
-            covered = np.zeros(out_shape, dtype=bool)
-            for payload, outs in group_by_payload(pairs):
+            groups = group_by_payload(self._payload_pairs(rows, q, f, deadline))
+            res = None
+            if composite:  # the mapping default for the cells that stored no payload
+                rest = f.copy()
+                for _, outs in groups:
+                    rest.reshape(-1)[outs.astype(np.intp)] = False
+                if not groups or rest.any():
+                    res = np.asarray(op.map_b(rest, i), dtype=bool)
+                    if not res.flags.writeable:
+                        res = res.copy()
+            if res is None:
+                res = np.zeros(in_shape, dtype=bool)
+            flat = res.reshape(-1)
+            for payload, outs in groups:
                 check_deadline(deadline)
-                covered.reshape(-1)[outs.astype(np.intp)] = True
                 got = as_linear(op.map_p(to_coords(outs, out_shape), payload, i), in_shape)
-                res.reshape(-1)[got.astype(np.intp)] = True
-            if composite:
-                rest = f & ~covered
-                if rest.any():
-                    res |= np.asarray(op.map_b(rest, i), dtype=bool)
+                flat[got.astype(np.intp)] = True
             return res
         # forward: payloads cannot be keyed by input cells; scan them all (paper V-A3)
         pairs = self._payload_pairs(rows, None, None, deadline)
