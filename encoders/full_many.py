@@ -52,9 +52,8 @@ from encoders.csr import (
     uniq,
 )
 from encoders.frontier import Members, as_query, lin_range_box, touches
-from encoders.full_one import drop_lineless
 from encoders.hashing import dedup_rows
-from encoders.pairs import spec_meta
+from encoders.pairs import lineage_pairs
 from encoders.varint import varint_encode
 from subzero.cells import Ragged
 from subzero.modes import Direction
@@ -137,10 +136,8 @@ class FullMany(Encoding):
         self.tile = int(tile)
 
     def encode(self, pairs: PairBatch | None, spec: ShardSpec) -> EncodedShard:
-        meta = spec_meta(spec, self.name, self.direction.value)
-        if pairs is not None:
-            pairs = drop_lineless(pairs)
-        if pairs is None or len(pairs) == 0:
+        meta, pairs = lineage_pairs(pairs, spec, self.name, self.direction.value)
+        if pairs is None:
             return EncodedShard(meta=dict(meta, empty=True))
         bwd = self.direction is Direction.BACKWARD
         out, ins = merge_entries(_rag(pairs.out.values, pairs.out.offsets),

@@ -36,7 +36,7 @@ from encoders.csr import (
 )
 from encoders.frontier import as_query, lin_range_box, member, touches
 from encoders.hashing import dedup_rows, finish_hash, poly_hash
-from encoders.pairs import KeyGroups, group_keys, spec_meta
+from encoders.pairs import KeyGroups, group_keys, lineage_pairs
 from encoders.varint import varint_encode
 from subzero.cells import Ragged
 from subzero.modes import Direction
@@ -44,16 +44,6 @@ from subzero.runtime import PairBatch, ShardSpec
 
 HEAP = "heap"
 SAMPLE = 1 << 16  # keys hashed to choose absolute or relative sets
-
-
-def drop_lineless(pairs: PairBatch) -> PairBatch:
-    """Pairs without output cells, or without input cells in every input, relate nothing:
-    drop them (so no key points at an empty set)."""
-    keep = (pairs.out.lengths > 0) & (sum(r.lengths for r in pairs.ins) > 0)
-    if keep.all():
-        return pairs
-    rows = np.flatnonzero(keep)
-    return PairBatch(pairs.out.take(rows), ins=tuple(r.take(rows) for r in pairs.ins))
 
 
 def choose_relative(g: KeyGroups, key_shape: Sequence[int], val_shapes: Sequence[Sequence[int]],
@@ -191,10 +181,8 @@ class FullOne(Encoding):
                 for i in range(len(spec.in_shapes))]
 
     def encode(self, pairs: PairBatch | None, spec: ShardSpec) -> EncodedShard:
-        meta = spec_meta(spec, self.name, self.direction.value)
-        if pairs is not None:
-            pairs = drop_lineless(pairs)
-        if pairs is None or len(pairs) == 0:
+        meta, pairs = lineage_pairs(pairs, spec, self.name, self.direction.value)
+        if pairs is None:
             return EncodedShard(meta=dict(meta, empty=True))
         records, keyed, spaces, rel_meta = [], [], {}, {}
         collisions = 0

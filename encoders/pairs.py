@@ -133,3 +133,32 @@ def spec_meta(spec: ShardSpec, encoding: str, direction: str) -> dict[str, Any]:
         "out_box": [list(spec.out_box.lo), list(spec.out_box.hi)],
         "out_shape": list(spec.out_shape), "in_shapes": [list(s) for s in spec.in_shapes],
     }
+
+
+def drop_lineless(pairs: PairBatch) -> PairBatch:
+    """Pairs without output cells, or without input cells in every input, relate nothing:
+    drop them (so no key points at an empty set)."""
+    keep = (pairs.out.lengths > 0) & (sum(r.lengths for r in pairs.ins) > 0)
+    if keep.all():
+        return pairs
+    rows = np.flatnonzero(keep)
+    return PairBatch(pairs.out.take(rows), ins=tuple(r.take(rows) for r in pairs.ins))
+
+
+def keep_nonempty(pairs: PairBatch) -> PairBatch:
+    """Payload pairs without output cells carry no lineage: drop them."""
+    keep = pairs.out.lengths > 0
+    if keep.all():
+        return pairs
+    rows = np.flatnonzero(keep)
+    return PairBatch(pairs.out.take(rows), payload=pairs.payload.take(rows))
+
+
+def lineage_pairs(pairs: PairBatch | None, spec: ShardSpec, encoding: str, direction: str
+                  ) -> tuple[dict[str, Any], PairBatch | None]:
+    """``(shard metadata, the pairs that relate something)``; None when no pair does, and
+    the shard is then an empty one."""
+    meta = spec_meta(spec, encoding, direction)
+    if pairs is not None:
+        pairs = keep_nonempty(pairs) if pairs.is_payload else drop_lineless(pairs)
+    return meta, (pairs if pairs is not None and len(pairs) else None)

@@ -20,8 +20,7 @@ from encoders.codec import decode_sets, set_tokens
 from encoders.csr import interleave, offsets_from_lengths, segment_any, take_rows, union_by_owner
 from encoders.frontier import lin_range_box, member, touches
 from encoders.hashing import dedup_rows
-from encoders.pairs import spec_meta
-from encoders.pay_one import keep_nonempty
+from encoders.pairs import lineage_pairs
 from encoders.payloads import payload_ids, read_section, section_tokens
 from encoders.varint import varint_encode
 from subzero.cells import Ragged
@@ -37,10 +36,8 @@ class PayMany(Encoding):
     directions = frozenset({Direction.BACKWARD})
 
     def encode(self, pairs: PairBatch | None, spec: ShardSpec) -> EncodedShard:
-        meta = spec_meta(spec, self.name, self.direction.value)
-        if pairs is not None:
-            pairs = keep_nonempty(pairs)
-        if pairs is None or len(pairs) == 0:
+        meta, pairs = lineage_pairs(pairs, spec, self.name, self.direction.value)
+        if pairs is None:
             return EncodedShard(meta=dict(meta, empty=True))
         out = pairs.out
         ov, oo = np.asarray(out.values, dtype=np.uint64), np.asarray(out.offsets, np.int64)

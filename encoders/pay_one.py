@@ -20,22 +20,13 @@ from encoders.base import EncodedShard, Encoding, Estimate, ShardData, check_dea
 from encoders.csr import take_rows, uniq_inverse
 from encoders.frontier import lin_range_box, touches
 from encoders.hashing import dedup_rows
-from encoders.pairs import group_keys, spec_meta
+from encoders.pairs import group_keys, lineage_pairs
 from encoders.payloads import join_bytes, payload_ids, read_section, section_tokens
 from subzero.cells import Ragged
 from subzero.modes import Direction
 from subzero.runtime import PairBatch, ShardSpec
 
 HEAP = "heap"
-
-
-def keep_nonempty(pairs: PairBatch) -> PairBatch:
-    """Payload pairs without output cells carry no lineage: drop them."""
-    keep = pairs.out.lengths > 0
-    if keep.all():
-        return pairs
-    rows = np.flatnonzero(keep)
-    return PairBatch(pairs.out.take(rows), payload=pairs.payload.take(rows))
 
 
 def group_cells_by_ref(cells: np.ndarray, refs: np.ndarray
@@ -57,10 +48,8 @@ class PayOne(Encoding):
     directions = frozenset({Direction.BACKWARD})
 
     def encode(self, pairs: PairBatch | None, spec: ShardSpec) -> EncodedShard:
-        meta = spec_meta(spec, self.name, self.direction.value)
-        if pairs is not None:
-            pairs = keep_nonempty(pairs)
-        if pairs is None or len(pairs) == 0:
+        meta, pairs = lineage_pairs(pairs, spec, self.name, self.direction.value)
+        if pairs is None:
             return EncodedShard(meta=dict(meta, empty=True))
         pid, first = payload_ids(pairs.payload)
         g = group_keys(pairs.out, [Ragged.from_singletons(pid.astype(np.uint64))])

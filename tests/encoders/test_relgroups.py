@@ -21,7 +21,7 @@ from subzero.errors import ModeError
 from subzero.modes import Strategy
 from subzero.runtime import PairBatch, ShardSpec
 from subzero.testing import brute_backward, brute_forward
-from tests.encoders.conformance import SETTINGS
+from tests.encoders.conformance import SETTINGS, check_full_lookups
 from tests.encoders.strategies import per_cell_pairs, queries, shapes
 
 
@@ -82,14 +82,7 @@ def test_grouped_lookups_match_brute_force(data, out_shape, n_inputs, direction,
             assert r.meta.get("groups", 0) + r.meta.get("entries", 0) == st_["records"]
             for _ in range(2):
                 q = data.draw(queries(out_shape))
-                for i, s in enumerate(in_shapes):
-                    got = r.backward(q, i)
-                    assert got.dtype == np.uint64 and (np.diff(got) > 0).all()
-                    assert set(got.tolist()) == brute_backward(pairs, q, i)
-                    qi = data.draw(queries(tuple(s)))
-                    got = r.forward(qi, i)
-                    assert (np.diff(got) > 0).all()
-                    assert set(got.tolist()) == brute_forward(pairs, qi, i)
+                check_full_lookups(r, pairs, q, in_shapes, data)
     finally:
         pairtable.PROBE_PER_ENTRY, relgroups.SKETCH_MIN = saved
         shutil.rmtree(home, ignore_errors=True)
