@@ -66,6 +66,15 @@ def _stencil(shape: tuple[int, int], r: int, keep: float = 1.0, seed: int = 0) -
     return PairBatch(Ragged.from_singletons(lin), ins=(ins,))
 
 
+def _scattered(shape: tuple[int, int], fanin: int, seed: int = 0) -> PairBatch:
+    """Each output cell reads ``fanin`` random input cells: no two cell sets alike."""
+    n = shape[0] * shape[1]
+    ins = np.sort(np.random.default_rng(seed).integers(0, n, size=(n, fanin)), axis=1)
+    return PairBatch(Ragged.from_singletons(_grid(shape)),
+                     ins=(Ragged(ins.reshape(-1).astype(np.uint64),
+                                 np.arange(0, n * fanin + 1, fanin, dtype=np.int64)),))
+
+
 def _blocks(shape: tuple[int, int], b: int, to_cell: bool = False) -> PairBatch:
     """Region pairs of ``b x b`` output blocks; each reads the same block of the input
     (or, ``to_cell``, only the block's first cell)."""
@@ -255,7 +264,8 @@ def measure_lookups(scratch: Path, repeat: int, progress: Progress = None) -> di
     shape = (256, 256)
     rng = np.random.default_rng(1)
     shards = {}
-    for label, pairs in (("one", _stencil(shape, 0)), ("fan49", _stencil(shape, 3))):
+    for label, pairs in (("one", _stencil(shape, 0)), ("fan49", _stencil(shape, 3)),
+                         ("scattered8", _scattered(shape, 8))):
         shards[label] = write_shard(scratch / "lookups", Strategy.parse("full-one-bwd"), shape,
                                     pairs, chunk=len(shards))["path"]
     pay_path = write_shard(scratch / "lookups", Strategy.parse("pay-one-bwd"), shape,
@@ -271,7 +281,12 @@ def measure_lookups(scratch: Path, repeat: int, progress: Progress = None) -> di
             r.close()
 
     one_cell = np.array([12345], dtype=np.uint64)
-    shard_fixed = _median_time(lambda: lookup(shards["one"], one_cell), repeat)
+    shard_fixed = _median_time(lambda: lookup(shards["one"], one_cell), repeat)  # + open
+    reader = open_shard(shards["one"])
+    try:  # the same lookup on a reader already open (queries keep theirs open)
+        shard_cached = _median_time(lambda: reader.backward(one_cell, 0, None), repeat)
+    finally:
+        reader.close()
     n = 4000
     q = np.sort(rng.choice(shape[0] * shape[1], n, replace=False)).astype(np.uint64)
     t_one = _median_time(lambda: lookup(shards["one"], q), repeat)
@@ -279,15 +294,21 @@ def measure_lookups(scratch: Path, repeat: int, progress: Progress = None) -> di
     decode = max((t_fan - t_one) / (n * 48), 1e-10)
     lookup_per_cell = max((t_one - shard_fixed) / n - decode, 1e-9)
 
-    def scan() -> None:
-        r = open_shard(shards["one"])
-        try:
-            r.forward(q, 0, None)
-        finally:
-            r.close()
+    def scan(label: str) -> float:
+        def once() -> None:
+            r = open_shard(shards[label])
+            try:
+                r.forward(q, 0, None)
+            finally:
+                r.close()
+        return _median_time(once, repeat)
 
-    t_scan = _median_time(scan, repeat)
-    scan_per_pair = max((t_scan - shard_fixed) / (shape[0] * shape[1]), 1e-10)
+    # a mismatched scan: per pair (identity pairs share one relative set), then per cell
+    # of distinct sets (8 scattered input cells per output cell, none shared)
+    n_pairs = shape[0] * shape[1]
+    scan_per_pair = max((scan("one") - shard_fixed) / n_pairs, 1e-10)
+    scan_per_cell = max((scan("scattered8") - shard_fixed - n_pairs * scan_per_pair)
+                        / (n_pairs * 9), 1e-10)
     # a FullMany/PayMany lookup probes an R-tree first: what that adds to the same lookup
     small = q[:100]
     t_many = _median_time(lambda: lookup(many_path, small), repeat)
@@ -315,8 +336,11 @@ def measure_lookups(scratch: Path, repeat: int, progress: Progress = None) -> di
     payload_per_group = max((t_pay - shard_fixed - n * lookup_per_cell) / max(1, groups), 1e-7)
     if progress:
         progress("  query: lookups")
-    return {"shard_fixed": shard_fixed, "lookup_per_cell": lookup_per_cell,
+    return {"shard_fixed": min(shard_cached, shard_fixed),
+            "shard_open": max(shard_fixed - shard_cached, 0.0),
+            "lookup_per_cell": lookup_per_cell,
             "decode_per_cell": decode, "scan_per_pair": scan_per_pair,
+            "scan_per_cell": scan_per_cell,
             "payload_per_group": payload_per_group, "rtree_fixed": rtree_fixed}
 
 

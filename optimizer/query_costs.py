@@ -6,7 +6,7 @@ and the frontier's size, what each available method would cost (paper VII-A):
 - ``map``: a vectorized mapping function, linear in the array sizes;
 - ``stored``: reading lineage from shards; a matching direction costs per query cell and per
   decoded cell, a mismatched one (e.g. backward on forward-optimized lineage) scans every
-  stored pair, and forward queries on payload lineage scan and apply ``map_p``;
+  stored pair and decodes every distinct stored set, and forward queries on payload lineage scan and apply ``map_p``;
 - ``reexec``: re-running the operator in tracing mode on the touched tiles only, in
   proportion to the cells re-run, times a tracing factor, plus per-task overhead.
 
@@ -31,11 +31,13 @@ class QueryCosts:
 
     map_fixed: float = 5e-5
     map_per_cell: float = 1.5e-9  # per cell of the input plus output arrays
-    shard_fixed: float = 2e-4  # open a shard, position a cursor
+    shard_fixed: float = 1.3e-4  # one lookup in an open shard: position cursors, decode
+    shard_open: float = 2.5e-4  # opening a shard (once per process: readers stay open)
     rtree_fixed: float = 3e-3  # *Many encodings: one R-tree probe of a shard
     lookup_per_cell: float = 2e-6  # matched direction, per query cell
     decode_per_cell: float = 2e-8  # per decoded lineage cell
-    scan_per_pair: float = 1.5e-6  # mismatched direction: every stored pair
+    scan_per_pair: float = 3e-8  # mismatched direction: every stored pair
+    scan_per_cell: float = 1.3e-7  # ... and every cell of its distinct stored sets
     payload_per_group: float = 4e-5  # one map_p call on a group of cells
     reexec_fixed_driver: float = 2e-3
     reexec_fixed_task: float = 6e-2  # one Spark task
@@ -60,18 +62,22 @@ class QueryCosts:
         """Reading stored lineage for ``n_query`` frontier cells.
 
         ``pairs``/``out_cells``/``in_cells`` are the strategy's totals over its shards;
-        ``groups`` bounds the distinct payloads (one ``map_p`` call each), when known;
-        ``many``: a FullMany/PayMany encoding, whose matched lookups probe an R-tree.
+        ``groups``: the distinct records stored, when known: payloads (one ``map_p`` call
+        each), or the distinct cell sets a mismatched scan decodes (shared sets, such as
+        the same relative stencil box around every cell, decode once; unknown counts as
+        all distinct); ``many``: a FullMany/PayMany encoding, whose matched lookups probe
+        an R-tree.
         """
         fanin = in_cells / max(1, out_cells)
         if many and (matched or (payload and not forward)):
             return self._stored(matched, payload, forward, n_query, shards, pairs, fanin,
                                 groups) + shards * self.rtree_fixed
+        distinct = 1.0 if groups is None else min(1.0, groups / max(1, pairs))
         return self._stored(matched, payload, forward, n_query, shards, pairs, fanin, groups,
-                            in_cells + out_cells)
+                            (in_cells + out_cells) * distinct)
 
     def _stored(self, matched: bool, payload: bool, forward: bool, n_query: int, shards: int,
-                pairs: int, fanin: float, groups: int | None, cells: int = 0) -> float:
+                pairs: int, fanin: float, groups: int | None, cells: float = 0.0) -> float:
         if payload:
             distinct = pairs if groups is None else max(1, groups)
             if forward:  # scan every pair and apply map_p
@@ -82,7 +88,7 @@ class QueryCosts:
         if matched:
             return (shards * self.shard_fixed + n_query * self.lookup_per_cell
                     + n_query * max(1.0, fanin) * self.decode_per_cell)
-        return shards * self.shard_fixed + pairs * self.scan_per_pair + cells * self.decode_per_cell
+        return shards * self.shard_fixed + pairs * self.scan_per_pair + cells * self.scan_per_cell
 
     def reexec_cost(self, op_runtime_s: float | None, total_cells: int, rerun_cells: int,
                     tasks: int, on_spark: bool) -> float:

@@ -473,6 +473,7 @@ class QueryExecutor:
                     many=s.encoding in ("FullMany", "PayMany"))
                 if s.mode is Mode.COMP:
                     est[(kind, s)] += c.map_cost(in_size, out_size)
+                est[(kind, s)] += c.shard_open * self._unopened(op.name, s.name)
             else:
                 tiles, cells = self._tiles(op, i, backward, f)
                 on_spark = self._use_spark(cells, len(tiles), op)
@@ -491,6 +492,11 @@ class QueryExecutor:
         return best, {("reexec", None): est.get(("reexec", None))}
 
     # -- stored lineage --------------------------------------------------------------------
+    def _unopened(self, op_name: str, strategy: str) -> int:
+        """Shards of the strategy this process has not opened yet (readers stay open)."""
+        return sum(os.path.join(self._home, row["path"]) not in _READERS
+                   for row in self.shards.get((op_name, strategy), ()))
+
     def _reader(self, row: dict[str, Any]) -> Any:
         key = os.path.join(self._home, row["path"])  # the home is already absolute
         reader = _READERS.get(key)

@@ -256,7 +256,8 @@ def test_query_time_optimizer_switches_from_slow_stored_lineage(spark, tmp_path)
     cells = [(3, 3), (20, 20)]
     # costs that make the mismatched (forward-keyed) scan look free and re-execution
     # instantaneous: the scan is chosen, then abandoned at once for re-execution
-    cheap_scan = QueryCosts(scan_per_pair=0.0, shard_fixed=0.0, decode_per_cell=0.0,
+    cheap_scan = QueryCosts(scan_per_pair=0.0, scan_per_cell=0.0, shard_fixed=0.0,
+                            shard_open=0.0, decode_per_cell=0.0,
                             reexec_fixed_driver=1e-9, trace_factor=0.0, reexec_per_cell=0.0)
     q = QueryExecutor(run, costs=cheap_scan, min_switch_s=0.0, log=False)
     r, step = q.step("smooth", 0, "backward", frontier(SHAPE, cells))
