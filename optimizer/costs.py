@@ -23,9 +23,10 @@ backward and forward query cost as a function of query size (paper VII).
 ...                  (50, 100), 2, 1.0, 1.5, 2.0,
 ...                  modes={Mode.FULL: ModeStats(1e4, 1e4, 9e4, 1e4, 1e4, 0, 0, 0.2)})
 >>> cm = CostModel()
->>> cm.disk(prof, "full-one-bwd") > 0   # capture: 0.2 task-s over 2 cores, times the
+>>> cm.disk(prof, "full-one-bwd") > 0
 True
->>> round(cm.capture_s(prof, Mode.FULL) / cm.calibration.task_factor, 3)  # measured factor
+>>> # capture: 0.2 task-seconds over 2 cores, times this machine's measured task factor
+>>> round(cm.capture_s(prof, Mode.FULL) / cm.calibration.task_factor, 3)
 0.1
 """
 
