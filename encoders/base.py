@@ -85,6 +85,12 @@ class SpatialIndex:
     mins: np.ndarray
     maxs: np.ndarray
 
+    @property
+    def nbytes(self) -> int:
+        """Entry bytes (id + box as doubles) before the R-tree's own pages."""
+        return int(len(self.ids)) * (8 + 16 * int(self.mins.shape[1] if self.mins.ndim > 1
+                                                    else 1))
+
 
 @dataclass
 class EncodedShard:
@@ -94,6 +100,16 @@ class EncodedShard:
     blobs: dict[str, np.ndarray] = field(default_factory=dict)
     rtrees: list[SpatialIndex] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def logical_bytes(self) -> int:
+        """What the shard holds before page and tree overheads: keys, values, blobs and
+        R-tree entries. Files round it up to pages, which hides how a small shard grows;
+        the statistics pass scales this instead (see :meth:`optimizer.costs.CostModel.
+        disk`)."""
+        return (sum(t.nbytes for t in self.tables)
+                + sum(int(np.asarray(b).nbytes) for b in self.blobs.values())
+                + sum(sp.nbytes for sp in self.rtrees))
 
 
 # ---------------------------------------------------------------------------------------

@@ -220,6 +220,7 @@ class ShardWriter:
         stats = dict(stats)
         stats["data_bytes"] = _dir_bytes(tmp, "data.mdb")
         stats["index_bytes"] = _dir_bytes(tmp, "rtree_")
+        stats["logical_bytes"] = enc.logical_bytes
         stats["write_s"] = time.perf_counter() - t0
         stats["attempt"] = int(self.spec.attempt)
         meta["format"] = FORMAT

@@ -202,6 +202,22 @@ def fit_encoders(rows: list[dict[str, Any]]) -> tuple[dict, dict]:
     return enc, fit
 
 
+def fit_file_per_logical(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Per strategy, the slope of file bytes (data + index) over logical bytes: what one
+    more logical byte costs on disk once a shard is past its first pages."""
+    out = {}
+    for name in sorted({r["strategy"] for r in rows}):
+        mine = [r for r in rows if r["strategy"] == name and r.get("logical_bytes", 0) > 0]
+        if len(mine) < 2:
+            continue
+        X = np.array([[1.0, r["logical_bytes"]] for r in mine])
+        y = np.array([r["data_bytes"] + r["index_bytes"] for r in mine])
+        slope = float(_nnls_fit(X, y)[1])
+        if slope > 0:
+            out[name] = slope
+    return out
+
+
 def measure_encoders(scratch: Path, quick: bool = False, progress: Progress = None
                      ) -> list[dict[str, Any]]:
     """Write every synthetic case through every calibrated sink it applies to."""
@@ -216,6 +232,7 @@ def measure_encoders(scratch: Path, quick: bool = False, progress: Progress = No
             rows.append({"strategy": name, "case": label, "features": features(ms, s, 1),
                          "data_bytes": float(stats.get("data_bytes", 0)),
                          "index_bytes": float(stats.get("index_bytes", 0)),
+                         "logical_bytes": float(stats.get("logical_bytes", 0)),
                          "store_s": float(stats["store_s"]), "path": stats.get("path")})
         if progress:
             progress(f"  encoders: {label}")
@@ -477,10 +494,11 @@ def calibrate(quick: bool = False, spark: bool | Any = True, progress: Progress 
                 progress("writing synthetic shards through the registered sinks")
             rows = measure_encoders(tmp / "encoders", quick, progress)
             encoders, fit = fit_encoders(rows)
+            per_logical = fit_file_per_logical(rows)
             meta["fit"] = fit
             meta["points"] = len(rows)
         else:
-            encoders = current.encoders
+            encoders, per_logical = current.encoders, current.file_per_logical
             meta["encoders_note"] = "no sinks registered (encoders not installed): kept " \
                 "previous coefficients"
         if progress:
@@ -492,7 +510,7 @@ def calibrate(quick: bool = False, spark: bool | Any = True, progress: Progress 
             if progress:
                 progress(f"  runtime: Spark tasks x{factor:.2f} the driver")
         meta["seconds"] = round(time.perf_counter() - t0, 1)
-        return Calibration(encoders, query, meta, factor)
+        return Calibration(encoders, query, meta, factor, per_logical)
     except ImportError as e:
         raise CalibrationError(f"calibration needs {e.name}: {e}") from None
     finally:

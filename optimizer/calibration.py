@@ -48,6 +48,8 @@ TARGETS = ("data_bytes", "index_bytes", "store_s")
 ENCODED = ("full-one-bwd", "full-one-fwd", "full-many-bwd", "full-many-fwd", "pay-one-bwd",
            "pay-many-bwd")
 
+DEFAULT_FILE_PER_LOGICAL = 1.3  # B-tree and R-tree pages about 3/4 full
+
 # Rough values for an LMDB store with 8-byte keys, used until `subzero calibrate` has run.
 _ONE_STORE = {"shard": 2e-3, "pair": 2e-7, "key": 4e-7, "key_distinct": 4e-7, "value": 3e-8}
 _MANY_STORE = {"shard": 3e-3, "pair": 3e-6, "key": 3e-8, "value": 3e-8}
@@ -96,6 +98,12 @@ class Calibration:
     #: lineage work (tracing, encoding) in concurrent Spark tasks over the same work run
     #: alone on the driver, where the statistics pass samples it
     task_factor: float = 1.0
+    #: file bytes per logical byte (keys, values, R-tree entries) as shards grow, per
+    #: encoded strategy: how a probe too small to fill a page scales
+    file_per_logical: dict[str, float] = field(default_factory=dict)
+
+    def logical_factor(self, strategy: Strategy | str) -> float:
+        return float(self.file_per_logical.get(model_key(strategy), DEFAULT_FILE_PER_LOGICAL))
 
     @classmethod
     def default(cls) -> "Calibration":
@@ -116,6 +124,7 @@ class Calibration:
     # -- files ------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         return {"version": 1, **self.meta, "encoders": self.encoders,
+                "file_per_logical": self.file_per_logical,
                 "runtime": {"task_factor": self.task_factor}, "query": self.query.to_json()}
 
     @classmethod
@@ -130,9 +139,11 @@ class Calibration:
         query = QueryCosts.from_json(doc["query"]) if isinstance(doc.get("query"), Mapping) \
             else QueryCosts()
         meta = {k: v for k, v in doc.items()
-                if k not in ("encoders", "query", "version", "runtime")}
+                if k not in ("encoders", "query", "version", "runtime", "file_per_logical")}
         factor = float((doc.get("runtime") or {}).get("task_factor", 1.0))
-        return cls(enc, query, meta, factor if factor > 0 else 1.0)
+        per_logical = {k: float(v) for k, v in (doc.get("file_per_logical") or {}).items()
+                       if k in ENCODED and float(v) > 0}
+        return cls(enc, query, meta, factor if factor > 0 else 1.0, per_logical)
 
     def save(self, path: str | Path = CALIBRATION_FILE) -> Path:
         p = Path(path)

@@ -118,6 +118,13 @@ class CostModel:
         if pr is not None:
             fixed = (self.calibration.predict(s, "data_bytes", {"shard": 1})
                      + self.calibration.predict(s, "index_bytes", {"shard": 1}))
+            if pr.logical > 0 and (s.encoding in ("FullMany", "PayMany")
+                                   or pr.bytes <= 1.5 * pr.shards * fixed):
+                # few or compact entries (grouped per-cell lineage, sparse lineage) may
+                # not fill the probe's first pages, so its file bytes hide how the shards
+                # grow: scale what it holds, at this machine's file bytes per logical byte
+                grown = pr.logical * prof.out_size / max(1.0, pr.cells)
+                return prof.tasks * fixed + self.calibration.logical_factor(s) * grown
             return self._scale_probe(prof, pr, pr.bytes, fixed)
         ms = self._mode_stats(prof, s)
         if ms is None or ms.pairs == 0:

@@ -173,7 +173,8 @@ def _probe(ch: ChunkContext, pairs: PairBatch | None, probe: tuple[str, str, tup
         store_s = time.perf_counter() - t0
         if st.get("path"):
             shutil.rmtree(st["path"], ignore_errors=True)
-        out[name] = [float(st.get("data_bytes", 0) + st.get("index_bytes", 0)), store_s]
+        out[name] = [float(st.get("data_bytes", 0) + st.get("index_bytes", 0)), store_s,
+                     float(st.get("logical_bytes", 0))]
     return out
 
 
@@ -254,6 +255,7 @@ class Probe:
     store_task_s: float
     shards: int
     cells: float  # output cells the probed tiles cover
+    logical: float = 0.0  # what the shards hold before page overheads (0: unknown)
 
 
 def sample_operator(run: Any, op_name: str, tiles: int = SAMPLE_TILES,
@@ -294,7 +296,8 @@ def sample_operator(run: Any, op_name: str, tiles: int = SAMPLE_TILES,
                 got = [r["probe"][name] for r in res if name in r.get("probe", {})]
                 if got:
                     probes[name] = Probe(sum(g[0] for g in got), sum(g[1] for g in got),
-                                         len(got), float(sampled))
+                                         len(got), float(sampled),
+                                         sum(g[2] if len(g) > 2 else 0.0 for g in got))
             out[mode] = _mode_from_tiles(op, mode, res, run_s - mode_base)
     finally:
         if scratch:
@@ -351,7 +354,8 @@ def statistics_pass(home: Any, rid: str, ops: Sequence[str] | None = None,
             for sname, pr in probes.items():
                 cat.set_statistics(run.id, name, sname, {
                     "probe_bytes": pr.bytes, "probe_store_s": pr.store_task_s,
-                    "probe_shards": pr.shards, "probe_cells": pr.cells})
+                    "probe_shards": pr.shards, "probe_cells": pr.cells,
+                    "probe_logical": pr.logical})
             # a marker row, so operators with nothing to sample are not sampled again
             cat.set_statistics(run.id, name, "BLACKBOX",
                                {"sampled": 1.0, "sample_s": time.perf_counter() - t0})
@@ -387,7 +391,8 @@ def _stored_probes(cat: Catalog, rid: str) -> dict[str, dict[str, Probe]]:
         out.setdefault(op, {})[sname] = Probe(v.get("probe_bytes", 0.0),
                                               v.get("probe_store_s", 0.0),
                                               int(v.get("probe_shards", 1)),
-                                              v.get("probe_cells", 1.0))
+                                              v.get("probe_cells", 1.0),
+                                              v.get("probe_logical", 0.0))
     return out
 
 

@@ -24,11 +24,14 @@ def test_files_round_trip_and_keep_the_query_costs_field_names(tmp_path):
     cal = Calibration.default()
     cal.query = QueryCosts(shard_fixed=0.5, trace_factor=7.0)
     cal.encoders["full-one-bwd"]["data_bytes"] = {"shard": 100.0, "key": 3.0}
+    cal.file_per_logical["full-many-fwd"] = 1.25
     path = cal.save(tmp_path / "c.json")
     doc = json.loads(path.read_text())
     assert set(doc["query"]) == set(QueryCosts().to_json())
     back = load_calibration(path)
     assert back.query.shard_fixed == 0.5
+    assert back.logical_factor("full-many-fwd") == 1.25
+    assert back.logical_factor("comp-many-bwd") == back.logical_factor("pay-many-bwd") > 0
     assert back.predict("full-one-bwd", "data_bytes", {"shard": 2, "key": 10}) == 230.0
     # the lead's query executor reads the same file
     assert load_costs(path).trace_factor == 7.0

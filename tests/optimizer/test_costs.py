@@ -56,6 +56,27 @@ def test_measured_bytes_win_over_probes_and_probes_over_the_model():
     assert cm.estimate(m, "full-one-bwd").source == "measured"
 
 
+def test_probes_that_fill_no_page_scale_what_they_hold():
+    """Grouped or sparse lineage may leave every probed shard at its first pages: the file
+    bytes then say nothing of growth, the logical bytes do (times file bytes per logical
+    byte, calibrated per encoding)."""
+    cal = Calibration.default()
+    cal.file_per_logical["full-many-bwd"] = 1.5
+    cm = CostModel(cal)
+    fixed = (cal.predict("full-many-bwd", "data_bytes", {"shard": 1})
+             + cal.predict("full-many-bwd", "index_bytes", {"shard": 1}))
+    probe = Probe(bytes=2 * fixed, store_task_s=0.1, shards=2, cells=N / 4, logical=800)
+    p = profile(probes={"full-many-bwd": probe, "full-one-bwd": probe})
+    tasks = p.tasks
+    assert cm.disk(p, "full-many-bwd") == pytest.approx(tasks * fixed + 1.5 * 800 * 4)
+    # a *One probe past its first pages keeps scaling its file bytes
+    one_fixed = cal.predict("full-one-bwd", "data_bytes", {"shard": 1})
+    big = Probe(bytes=2 * one_fixed + 9000, store_task_s=0.1, shards=2, cells=N / 4,
+                logical=800)
+    assert cm.disk(profile(probes={"full-one-bwd": big}), "full-one-bwd") == \
+        pytest.approx(tasks * one_fixed + 36000)
+
+
 def test_capture_is_per_mode_and_divided_by_parallel_tasks():
     cm = CostModel(Calibration.default())
     p = profile(capture=0.4)
