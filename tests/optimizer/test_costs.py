@@ -71,10 +71,10 @@ def test_probes_that_fill_no_page_scale_what_they_hold():
     assert cm.disk(p, "full-many-bwd") == pytest.approx(tasks * fixed + 1.5 * 800 * 4)
     # a *One probe past its first pages keeps scaling its file bytes
     one_fixed = cal.predict("full-one-bwd", "data_bytes", {"shard": 1})
-    big = Probe(bytes=2 * one_fixed + 9000, store_task_s=0.1, shards=2, cells=N / 4,
+    big = Probe(bytes=2 * one_fixed + 90000, store_task_s=0.1, shards=2, cells=N / 4,
                 logical=800)
     assert cm.disk(profile(probes={"full-one-bwd": big}), "full-one-bwd") == \
-        pytest.approx(tasks * one_fixed + 36000)
+        pytest.approx(tasks * one_fixed + 360000)
 
 
 def test_capture_is_per_mode_and_divided_by_parallel_tasks():
