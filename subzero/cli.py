@@ -124,15 +124,28 @@ def cmd_run(args: argparse.Namespace) -> int:
         chunking=Chunking.parse(args.chunks), master=args.master,
         progress=not args.json and sys.stderr.isatty(), max_disk=max_disk,
     )
+    notes = _run_summary(args, res)
     if args.json:
-        emit_json(res.to_json())
+        emit_json(dict(res.to_json(), summary=notes))
         return 0
     rows = [(o["name"], f"{o['runtime_s']:.3f}", f"{o['lineage_s']:.3f}",
              human_bytes(o["lineage_bytes"]), ",".join(o["strategies"])) for o in res.operators]
     print(table(rows, ("operator", "runtime_s", "lineage_s", "lineage", "strategies")))
     print(f"\nrun {res.run} of {res.workflow} ({res.strategy}) complete in {res.runtime_s:.2f} s; "
           f"inputs {human_bytes(res.input_bytes)}, lineage {human_bytes(res.lineage_bytes)}")
+    for line in notes:
+        print(line)
     return 0
+
+
+def _run_summary(args: argparse.Namespace, res: Any) -> list[str]:
+    """The workflow's own summary lines of a finished run (none for ad-hoc workflows)."""
+    import workflows
+    from subzero.api import Home
+
+    if res.workflow not in workflows.available():
+        return []
+    return workflows.summary(res.workflow, Home(args.home).get(res.run))
 
 
 def _catalog(args: argparse.Namespace):

@@ -50,3 +50,11 @@ def build(name: str, inputs: Mapping[str, str] | None = None, **params: Any):
             bad = str(e).split("'")[1] if "'" in str(e) else str(e)
             raise WorkflowError(f"workflow {name!r} has no parameter {bad!r}") from None
         raise
+
+
+def summary(name: str, run: Any) -> list[str]:
+    """What a scientist checks first in a finished run of workflow ``name`` (the module's
+    optional ``summary(run)``: e.g. the genomics model's training accuracy); one line
+    each, empty when the module has none."""
+    fn = getattr(get(name), "summary", None)
+    return list(fn(run)) if fn is not None else []

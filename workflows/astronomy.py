@@ -135,6 +135,15 @@ def build(inputs: Mapping[str, str] | None = None, seed: Any = 0, shape: Any = N
 # ---------------------------------------------------------------------------------------
 
 
+def summary(run: Any) -> list[str]:
+    """Cosmic-ray pixels flagged per exposure, and the stars detected."""
+    crs = [int(np.count_nonzero(run.array(f"cr{e}"))) for e in (1, 2)]
+    labels = np.asarray(run.array("clust"))
+    stars = len(np.unique(labels[labels > 0]))
+    return [f"cosmic rays: {crs[0]:,} pixels flagged in exp1, {crs[1]:,} in exp2; "
+            f"stars: {stars:,} detected"]
+
+
 def _calibration_path(e: int) -> list[tuple[str, int]]:
     """rmbg{e} back to exp{e} along input 0 of every calibration step."""
     names = ["rmbg", "flatcorrect", "darkcorrect", "biascorrect", "rmoverscan", "badpixrm",

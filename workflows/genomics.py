@@ -139,6 +139,16 @@ def genomics_plans() -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------
 
 
+def summary(run: Any) -> list[str]:
+    """The model's training accuracy: predictions (``klass``) against RELAPSE."""
+    (tp, fn), (fp, tn) = np.asarray(run.array("validate")).tolist()
+    n = tp + fn + fp + tn
+    if n == 0:
+        return ["validate: no patient with both a prediction and a known RELAPSE"]
+    return [f"model: training accuracy {(tp + tn) / n:.3f} on {n:,} patients with a known "
+            f"RELAPSE (TP {tp}, FN {fn}, FP {fp}, TN {tn})"]
+
+
 def _strongest_entry(run: Any) -> np.ndarray:
     model = run.array("model")
     ev = np.where(MODEL_USED, np.abs(np.nan_to_num(model, nan=0.0)), -1.0)

@@ -70,6 +70,11 @@ def test_all_strategies_agree_on_a_small_generated_pair(spark, tmp_path):
                 assert np.array_equal(a, outputs[n]), (strategy, n)
     assert (outputs["clust"] > 0).any()
     _check_same(runs)
+    import workflows
+
+    (line,) = workflows.summary("astronomy", runs["subzero"][0])
+    stars = len(np.unique(outputs["clust"][outputs["clust"] > 0]))
+    assert line.endswith(f"stars: {stars:,} detected")
     # methods used: stored composite lineage for UDFs under subzero, re-execution for black box
     sub = runs["subzero"][1]["BQ3"]
     assert any(s.method.startswith("stored:comp") for s in sub.steps)

@@ -66,3 +66,9 @@ def test_all_strategies_agree_on_every_named_query(spark, tmp_path, data, monkey
     assert np.array_equal(run.array("validate"), confusion(klass[:, 0], truth))
     tp, fn, fp, tn = run.array("validate").ravel()
     assert (tp + tn) / (tp + fn + fp + tn) > 0.6
+    # what `subzero run genomics` prints after the operator table
+    import workflows
+
+    (line,) = workflows.summary("genomics", run)
+    acc = (tp + tn) / (tp + fn + fp + tn)
+    assert f"training accuracy {acc:.3f} on {tp + fn + fp + tn:,} patients" in line
