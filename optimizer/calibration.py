@@ -167,4 +167,8 @@ def load_calibration(path: str | Path | None = None) -> Calibration:
         raise CalibrationError(f"calibration file {p} is not valid JSON ({e})") from None
     if not isinstance(doc, Mapping):
         raise CalibrationError(f"calibration file {p} must hold a JSON object")
-    return Calibration.from_json(doc)
+    try:
+        return Calibration.from_json(doc)
+    except (TypeError, ValueError) as e:
+        raise CalibrationError(f"calibration file {p}: {e}; expected numbers "
+                               "(`subzero calibrate` rewrites it)") from None

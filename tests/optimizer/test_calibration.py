@@ -39,6 +39,9 @@ def test_files_round_trip_and_keep_the_query_costs_field_names(tmp_path):
 
 def test_bad_files_are_reported(tmp_path):
     p = tmp_path / "c.json"
+    p.write_text(json.dumps({"file_per_logical": {"full-many-bwd": "abc"}}))
+    with pytest.raises(CalibrationError, match="'abc'; expected numbers"):
+        load_calibration(p)
     p.write_text("[1, 2")
     with pytest.raises(CalibrationError, match="not valid JSON"):
         load_calibration(p)
