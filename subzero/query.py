@@ -145,6 +145,42 @@ def _join_forward(ch: ChunkContext, full: PairBatch | None, pay: PairBatch | Non
     return unique(full.out.take(rows).values)
 
 
+def touched_boxes(mask: np.ndarray, tile: Sequence[int]) -> list[Box]:
+    """The boxes of the ``tile``-shaped grid over ``mask`` that hold a True cell, C order
+    (as :func:`subzero.chunking.chunk_grid` lists them); an or-reduction per axis.
+
+    >>> m = np.zeros((5, 6), dtype=bool); m[4, 1] = True
+    >>> touched_boxes(m, (2, 4))
+    [Box(lo=(4, 0), hi=(5, 4))]
+    """
+    if mask.ndim == 0:
+        return [Box((), ())] if bool(mask) else []
+    shape, tile = mask.shape, tuple(int(t) for t in tile)
+    grid = mask
+    for ax, t in enumerate(tile):
+        grid = _any_per_block(grid, ax, t)
+    return [Box(tuple(int(k) * t for k, t in zip(idx, tile)),
+                tuple(min(n, (int(k) + 1) * t) for k, t, n in zip(idx, tile, shape)))
+            for idx in np.argwhere(grid)]
+
+
+def _any_per_block(a: np.ndarray, ax: int, t: int) -> np.ndarray:
+    """``a`` or-reduced over consecutive blocks of ``t`` along axis ``ax`` (the last block
+    may be shorter); reshapes, so a C-contiguous mask is read once, vectorized."""
+    n = a.shape[ax]
+    k = n // t
+    parts = []
+    idx: list[slice] = [slice(None)] * a.ndim
+    if k:
+        idx[ax] = slice(0, k * t)
+        head = a[tuple(idx)]
+        parts.append(head.reshape(a.shape[:ax] + (k, t) + a.shape[ax + 1:]).any(axis=ax + 1))
+    if k * t < n:
+        idx[ax] = slice(k * t, n)
+        parts.append(a[tuple(idx)].any(axis=ax, keepdims=True))
+    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=ax)
+
+
 # ---------------------------------------------------------------------------------------
 # payload helpers
 # ---------------------------------------------------------------------------------------
@@ -603,14 +639,12 @@ class QueryExecutor:
         if op.parallelism.kind == "global":
             return [Box.full(op.out_shape)], int(np.prod(op.out_shape))
         chunk = self.run.chunks(op.name)
-        tiles = []
-        for _, box in chunk_grid(op.out_shape, self._tile_shape(chunk)):
-            if backward:
-                hit = f[box.slices].any()
-            else:
-                hit = f[op.input_box(box, i).slices].any()
-            if hit:
-                tiles.append(box)
+        tile = self._tile_shape(chunk)
+        if backward:  # one pass over the frontier: which tiles hold a frontier cell
+            tiles = touched_boxes(f, tile)
+        else:  # a tile's input window (halo included) must hold one
+            tiles = [box for _, box in chunk_grid(op.out_shape, tile)
+                     if f[op.input_box(box, i).slices].any()]
         if len(tiles) > 64:  # many tiles: fewer, larger tasks (the run's own chunks)
             tiles = self._coarse(op, i, backward, f)
         return tiles, int(sum(b.size for b in tiles))

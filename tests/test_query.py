@@ -314,3 +314,16 @@ def test_every_encoding_in_both_directions_gives_the_same_cells(homes, encoded_r
                 got, step = q.step(op_name, 0, direction, f, method="stored")
                 assert step.method == f"stored:{s}", (s, step.method)
                 assert np.array_equal(got, want), (wf, s, direction, int(f.sum()))
+
+
+@pytest.mark.parametrize("shape,tile", [((2001, 513), (251, 129)), ((37,), (5,)),
+                                        ((7, 9, 11), (2, 4, 3)), ((10, 10), (10, 10))])
+def test_touched_tiles_are_the_grid_tiles_holding_a_frontier_cell(shape, tile):
+    from subzero.chunking import chunk_grid
+    from subzero.query import touched_boxes
+
+    rng = np.random.default_rng(len(shape))
+    for density in (0.0, 1e-4, 0.01, 0.5):
+        mask = rng.random(shape) < density
+        expected = [b for _, b in chunk_grid(shape, tile) if mask[b.slices].any()]
+        assert touched_boxes(mask, tile) == expected
