@@ -71,3 +71,33 @@ def grouped_log_bars(path: Path, groups: list[str], series: list[tuple[str, list
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
+
+
+def overhead_bars(path: Path, rows: list[dict[str, Any]], title: str) -> None:
+    """One PNG, two panels per strategy: workflow runtime and lineage bytes (log scale)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r["strategy"] for r in rows]
+    x = list(range(len(names)))
+    fig, axes = plt.subplots(1, 2, figsize=(max(10.0, 1.2 * len(names)), 3.5))
+    axes[0].bar(x, [r["runtime_s"] for r in rows], color="tab:blue")
+    axes[0].set_ylabel("workflow runtime (s)")
+    stored = [k for k, r in enumerate(rows) if r["lineage_bytes"] > 0]
+    axes[1].bar(stored, [rows[k]["lineage_bytes"] / 1e6 for k in stored], color="tab:orange")
+    axes[1].set_yscale("log")
+    axes[1].set_ylabel("lineage (MB, log)")
+    for k in sorted(set(x) - set(stored)):  # nothing stored: say so, not a one-byte bar
+        axes[1].annotate("none", (k, 0), xycoords=("data", "axes fraction"), xytext=(0, 4),
+                         textcoords="offset points", ha="center", fontsize=8)
+    for ax in axes:
+        ax.set_xlim(-0.6, len(names) - 0.4)
+        ax.set_xticks(x)
+        ax.set_xticklabels(names, rotation=30)
+    fig.suptitle(title)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)

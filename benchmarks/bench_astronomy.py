@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import emit, grouped_log_bars, parser, timed  # noqa: E402
+from _common import emit, grouped_log_bars, overhead_bars, parser, timed  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -51,26 +51,9 @@ def fq0_slow(run: Run) -> float:
 
 
 def plot(doc: dict, out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out.mkdir(parents=True, exist_ok=True)
     rows = doc["strategies"]
-    names = [r["strategy"] for r in rows]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
-    axes[0].bar(names, [r["runtime_s"] for r in rows], color="tab:blue")
-    axes[0].set_ylabel("workflow runtime (s)")
-    axes[1].bar(names, [max(r["lineage_bytes"], 1) / 1e6 for r in rows], color="tab:orange")
-    axes[1].set_yscale("log")
-    axes[1].set_ylabel("lineage (MB, log)")
-    for ax in axes:
-        ax.tick_params(axis="x", rotation=30)
-    fig.suptitle("Astronomy: runtime and storage per strategy (Fig. 5a)")
-    fig.tight_layout()
-    fig.savefig(out / "astronomy_overhead.png")
-    plt.close(fig)
+    overhead_bars(out / "astronomy_overhead.png", rows,
+                  "Astronomy: runtime and storage per strategy (Fig. 5a)")
     qs = [*QUERIES, "FQ0slow"]
     grouped_log_bars(out / "astronomy_queries.png", qs,
                      [(r["strategy"], [r["queries"].get(q, {}).get("median_s", np.nan)

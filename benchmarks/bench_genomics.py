@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import emit, grouped_log_bars, parser, timed  # noqa: E402
+from _common import emit, grouped_log_bars, overhead_bars, parser, timed  # noqa: E402
 
 
 from subzero.api import Run  # noqa: E402
@@ -54,26 +54,8 @@ def time_queries(run: Run, repeat: int, methods: tuple[str, ...]) -> dict:
 
 
 def plot(doc: dict, out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out.mkdir(parents=True, exist_ok=True)
     rows = doc["static"]
-    names = [r["strategy"] for r in rows]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.5))
-    axes[0].bar(names, [r["runtime_s"] for r in rows])
-    axes[0].set_ylabel("runtime (s)")
-    axes[1].bar(names, [max(r["lineage_bytes"], 1) / 1e6 for r in rows], color="tab:orange")
-    axes[1].set_yscale("log")
-    axes[1].set_ylabel("lineage (MB, log)")
-    for ax in axes:
-        ax.tick_params(axis="x", rotation=35)
-    fig.suptitle("Genomics: overhead per strategy (Fig. 6a)")
-    fig.tight_layout()
-    fig.savefig(out / "genomics_overhead.png")
-    plt.close(fig)
+    overhead_bars(out / "genomics_overhead.png", rows, "Genomics: overhead per strategy (Fig. 6a)")
     for key, title in (("static", "Fig. 6b: static"), ("dynamic", "Fig. 6c: dynamic")):
         grouped_log_bars(out / f"genomics_queries_{key}.png", list(QUERIES),
                          [(r["strategy"], [r["queries"][q][key]["median_s"] for q in QUERIES])
