@@ -130,6 +130,16 @@ class ShardData(ABC):
         """Every item stored under each of ``keys`` (sorted unique uint64) in a DUPFIXED
         table: ``(key per item, (n, width) uint8 items)``; absent keys are skipped."""
 
+    def run_items(self, table: str, key: int) -> bytes:
+        """The items stored under one key of a DUPFIXED table as raw bytes, one row of
+        ``8 + width`` bytes per item (the big-endian key, then the item); ``b""`` when the
+        key is absent. For lookups of a few cells, which parse these in plain Python."""
+        k, items = self.items(table, np.array([key], dtype=np.uint64))
+        if not len(k):
+            return b""
+        keys = np.ascontiguousarray(k.astype(">u8")).view(np.uint8).reshape(-1, 8)
+        return np.concatenate([keys, items], axis=1).tobytes()
+
     @abstractmethod
     def all_keys(self, table: str) -> np.ndarray:
         """Every distinct key of a table, sorted uint64."""

@@ -23,7 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
-from encoders import cellindex
+from encoders import cellindex, fewcells
 from encoders.base import EncodedShard, Encoding, Estimate, ShardData, check_deadline
 from encoders.codec import add_anchors, decode_sets, set_token_count, set_tokens
 from encoders.csr import (
@@ -207,8 +207,17 @@ class FullOne(Encoding):
     def _lookup(self, shard: ShardData, table: str, key_shape: Sequence[int], q: np.ndarray,
                 set_index: int, shapes: Sequence[Sequence[int]], deadline: float | None
                 ) -> np.ndarray:
-        if shard.meta.get("empty") or not touches(q, shard.meta["key_spaces"].get(table),
-                                                  key_shape):
+        if shard.meta.get("empty"):
+            return np.empty(0, dtype=np.uint64)
+        space = shard.meta["key_spaces"].get(table)
+        if len(q) <= fewcells.FEW_CELLS:  # a few cells: plain Python, same answer
+            check_deadline(deadline)
+            found = fewcells.lookup(shard, table,
+                                    fewcells.touching(q.tolist(), space, key_shape))
+            got = fewcells.union(shard, HEAP, found, set_index, shapes)
+            if got is not None:
+                return got
+        elif not touches(q, space, key_shape):
             return np.empty(0, dtype=np.uint64)
         cells, refs = cellindex.lookup(shard, table, q, deadline)
         check_deadline(deadline)

@@ -317,6 +317,14 @@ class LmdbShard(ShardData):
         k = np.ascontiguousarray(rec[:, :8]).view(">u8").reshape(-1).astype(np.uint64)
         return k, rec[:, 8:]
 
+    def run_items(self, table: str, key: int) -> bytes:
+        if not self.has_table(table):
+            return b""
+        w = int(self.meta.get("item_bytes", {}).get(table, 1))
+        cur = self._txn.cursor(self._db(table))
+        return bytes(cur.getmulti([int(key).to_bytes(8, "big")], dupdata=True,
+                                  dupfixed_bytes=w, keyfixed=True))
+
     def all_keys(self, table: str) -> np.ndarray:
         if not self.has_table(table):
             return np.empty(0, dtype=np.uint64)

@@ -10,12 +10,14 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+from unittest import mock
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from encoders import fewcells
 from encoders.lookup import LookupTimeout, open_shard
 from subzero.cells import Box
 from subzero.modes import Strategy
@@ -63,13 +65,19 @@ def check_full_lookups(reader, pairs, q, in_shapes, data) -> None:
     """Backward from output cells ``q`` and forward from drawn input cells, per input, agree
     with the brute-force model of ``pairs`` (sorted distinct uint64 answers)."""
     for i, s in enumerate(in_shapes):
-        got = reader.backward(q, i)
-        assert got.dtype == np.uint64 and (np.diff(got) > 0).all()
-        assert set(got.tolist()) == brute_backward(pairs, q, i)
         qi = data.draw(queries(tuple(s)))
-        got = reader.forward(qi, i)
-        assert (np.diff(got) > 0).all()
-        assert set(got.tolist()) == brute_forward(pairs, qi, i)
+        want_b, want_f = brute_backward(pairs, q, i), brute_forward(pairs, qi, i)
+        # every lookup path: plain Python for a few cells, vectorized, and the fallback
+        # from the first to the second when an answer outgrows it
+        for few, most in ((fewcells.FEW_CELLS, fewcells.MAX_CELLS), (-1, 0), (1 << 20, 2)):
+            with mock.patch.object(fewcells, "FEW_CELLS", few), \
+                    mock.patch.object(fewcells, "MAX_CELLS", most):
+                got = reader.backward(q, i)
+                assert got.dtype == np.uint64 and (np.diff(got) > 0).all()
+                assert set(got.tolist()) == want_b
+                got = reader.forward(qi, i)
+                assert got.dtype == np.uint64 and (np.diff(got) > 0).all()
+                assert set(got.tolist()) == want_f
 
 
 class EncodingConformance:

@@ -153,12 +153,13 @@ def region_pairs(draw, out_shape, in_shapes, payload: bool = False, max_pairs: i
 def queries(draw, shape: tuple[int, ...]) -> np.ndarray:
     """Sorted unique query cells: none, a few, or all of them."""
     size = int(np.prod(shape))
-    kind = draw(st.sampled_from(["few", "few", "none", "all"]))
+    kind = draw(st.sampled_from(["few", "few", "none", "all", "some"]))
     if kind == "none":
         return np.empty(0, dtype=np.uint64)
     if kind == "all":
         return np.arange(size, dtype=np.uint64)
-    cells = draw(st.lists(st.integers(0, size - 1), min_size=1, max_size=8))
+    cells = draw(st.lists(st.integers(0, size - 1), min_size=1,
+                          max_size=8 if kind == "few" else 100))
     return np.unique(np.asarray(cells, dtype=np.uint64))
 
 

@@ -119,7 +119,19 @@ def test_lookup_reads_only_the_runs_it_needs(tmp_path, monkeypatch):
         asked.append(len(keys))
         return real(self, table, keys)
 
+    runs = []
+    real_run = LmdbShard.run_items
+
+    def spy_run(self, table, key):
+        runs.append(key)
+        return real_run(self, table, key)
+
     monkeypatch.setattr(LmdbShard, "items", spy)
+    monkeypatch.setattr(LmdbShard, "run_items", spy_run)
     with open_shard(st["path"]) as r:
-        r.backward(np.array([0, 1, 2, 300, 4095], np.uint64), 0)
-    assert asked == [3]  # cells 0-2 share a 256-cell run; 300 and 4095 one each
+        few = r.backward(np.array([0, 1, 2, 300, 4095], np.uint64), 0)
+        # a few cells (plain-Python path): one read per run
+        assert runs == [0, 256, 3840] and asked == []
+        many = np.r_[0:100, 300, 4095].astype(np.uint64)
+        r.backward(many, 0)
+    assert asked == [3]  # cells 0-99 share a 256-cell run; 300 and 4095 one each

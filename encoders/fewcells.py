@@ -1,0 +1,192 @@
+"""Lookups of a few cells in plain Python (the FullOne cell index and record heap).
+
+A query of a handful of cells touches one or two index runs and a few short records. The
+vectorized path (:mod:`encoders.cellindex`, :mod:`encoders.codec`) spends about 100 numpy
+calls on it whatever its size, which is most of a sub-millisecond lineage query; here the
+same bytes are read with a few LMDB calls and a few hundred Python operations. The answer
+is the same (tests compare both paths on every encoding the codec has); anything larger
+than :data:`FEW_CELLS` query cells or :data:`MAX_CELLS` answer cells returns None and the
+caller takes the vectorized path.
+
+>>> varints(bytes([1, 172, 2]))
+[1, 300]
+>>> decode_set([2 << 2 | 2, 1, 3, 2, 2], 0, (10, 10))[:2]   # a 2x2 box at (1, 3)
+([13, 14, 23, 24], False)
+"""
+
+from __future__ import annotations
+
+from itertools import product
+from typing import Sequence
+
+import numpy as np
+
+from encoders.base import ShardData
+from encoders.codec import BOX, LIST_REL, BOX_REL
+
+FEW_CELLS = 64     # query cells up to which lookups run in plain Python
+MAX_CELLS = 4096   # answer cells (before deduplication) up to which they do
+MAX_RECORD = 1024  # record bytes up to which a record is decoded in plain Python
+_RUN = 8           # cellindex.BUCKET_BITS: a key cell k lives in run k >> 8
+
+
+def py_strides(shape: Sequence[int]) -> list[int]:
+    out, s = [], 1
+    for n in reversed(shape):
+        out.append(s)
+        s *= int(n)
+    return out[::-1]
+
+
+def varints(b: bytes) -> list[int]:
+    """LEB128 varints of ``b`` (a record of whole tokens)."""
+    out, v, shift = [], 0, 0
+    for x in b:
+        if x < 0x80:
+            out.append(v | (x << shift))
+            v = shift = 0
+        else:
+            v |= (x & 0x7F) << shift
+            shift += 7
+    return out
+
+
+def _unzigzag(u: int) -> int:
+    return (u >> 1) ^ -(u & 1)
+
+
+def touching(q: Sequence[int], space: dict | None, shape: Sequence[int]) -> list[int]:
+    """The cells of ``q`` inside a key space (its linear range and bounding box), the test
+    :func:`encoders.frontier.touches` makes, kept per cell."""
+    if not space or not space.get("count"):
+        return []
+    lo_lin, hi_lin = space["lin"]
+    q = [c for c in q if lo_lin <= c <= hi_lin]
+    if len(shape) < 2 or not q:
+        return q
+    st = py_strides(shape)
+    lo, hi = space["lo"], space["hi"]
+    out = []
+    for c in q:
+        for s, n, a, b in zip(st, shape, lo, hi):
+            x = (c // s) % n
+            if x < a or x >= b:
+                break
+        else:
+            out.append(c)
+    return out
+
+
+def lookup(shard: ShardData, table: str, q: Sequence[int]) -> list[tuple[int, int]]:
+    """``[(cell, ref)]`` for the query cells (sorted) present in a cell index
+    (:mod:`encoders.cellindex`): one LMDB read per 256-cell run, matched with ``bytes.find``
+    on the run's low bytes (sorted, one per item)."""
+    w = 8 + int(shard.meta.get("item_bytes", {}).get(table, 1))
+    out: list[tuple[int, int]] = []
+    run, lows, buf = -1, b"", b""
+    for c in q:
+        r = c >> _RUN
+        if r != run:
+            run = r
+            buf = shard.run_items(table, r << _RUN)
+            lows = buf[8::w]
+        j = lows.find(c & 0xFF)
+        if j >= 0:
+            out.append((c, int.from_bytes(buf[j * w + 9:(j + 1) * w], "big")))
+    return out
+
+
+def read_record(heap: memoryview, ref: int) -> bytes | None:
+    """The record at byte offset ``ref`` of a heap (varint length prefix, then the
+    record); None when it is longer than :data:`MAX_RECORD`."""
+    head = heap[ref:ref + 10]
+    n, shift, k = 0, 0, 0
+    for k, x in enumerate(head):
+        n |= (x & 0x7F) << shift
+        if x < 0x80:
+            break
+        shift += 7
+    if n > MAX_RECORD:
+        return None
+    start = ref + k + 1
+    return bytes(heap[start:start + n])
+
+
+def decode_set(tok: Sequence[int], p: int, shape: Sequence[int]
+               ) -> tuple[list[int], bool, int]:
+    """The set whose header token is ``tok[p]`` (:mod:`encoders.codec`): ``(cells,
+    relative, position after it)``; a relative set holds signed offsets from its anchor."""
+    ndim = len(shape)
+    hdr = tok[p]
+    kind, cnt = hdr & 3, hdr >> 2
+    rel = kind in (LIST_REL, BOX_REL)
+    if kind < BOX:
+        if cnt == 0:
+            return [], rel, p + 1
+        cur = _unzigzag(tok[p + 1]) if rel else tok[p + 1]
+        cells = [cur]
+        for g in tok[p + 2:p + 1 + cnt]:
+            cur += g + 1
+            cells.append(cur)
+        return cells, rel, p + 1 + cnt
+    lo = tok[p + 1:p + 1 + ndim]
+    if rel:
+        lo = [_unzigzag(x) for x in lo]
+    ext = tok[p + 1 + ndim:p + 1 + 2 * ndim]
+    st = py_strides(shape)
+    size = 1
+    for e in ext:
+        size *= e
+    if size > MAX_CELLS:
+        raise _TooMany
+    base = sum(a * s for a, s in zip(lo, st))
+    cells = [base + sum(j * s for j, s in zip(js, st))
+             for js in product(*[range(e) for e in ext])]
+    return cells, rel, p + 1 + 2 * ndim
+
+
+def skip_set(tok: Sequence[int], p: int, ndim: int) -> int:
+    """The position after the set whose header is ``tok[p]``."""
+    hdr = tok[p]
+    return p + (1 + 2 * ndim if (hdr & 3) >= BOX else 1 + (hdr >> 2))
+
+
+class _TooMany(Exception):
+    """The answer outgrows the plain-Python path."""
+
+
+def union(shard: ShardData, heap_name: str, found: list[tuple[int, int]], set_index: int,
+          shapes: Sequence[Sequence[int]]) -> np.ndarray | None:
+    """Union of set ``set_index`` of the records of ``found`` (``(key cell, ref)``, relative
+    sets anchored at their key cell) as sorted unique uint64; None when a record or the
+    answer is too large for plain Python (use the vectorized path)."""
+    if not found:
+        return np.empty(0, dtype=np.uint64)
+    heap = memoryview(shard.blob(heap_name))
+    decoded: dict[int, tuple[list[int], bool]] = {}
+    out: set[int] = set()
+    total = 0
+    try:
+        for cell, ref in found:
+            got = decoded.get(ref)
+            if got is None:
+                body = read_record(heap, ref)
+                if body is None:
+                    return None
+                tok = varints(body)
+                p = 0
+                for s in range(set_index):
+                    p = skip_set(tok, p, len(shapes[s]))
+                cells, rel, _ = decode_set(tok, p, shapes[set_index])
+                got = decoded[ref] = (cells, rel)
+            cells, rel = got
+            total += len(cells)
+            if total > MAX_CELLS:
+                return None
+            if rel:
+                out.update([cell + c for c in cells])
+            else:
+                out.update(cells)
+    except _TooMany:
+        return None
+    return np.array(sorted(out), dtype=np.uint64)
