@@ -67,9 +67,29 @@ def read_records(heap: np.ndarray, refs: np.ndarray) -> tuple[np.ndarray, np.nda
     refs = np.asarray(refs, dtype=np.int64)
     if len(refs) == 0:
         return np.empty(0, dtype=np.uint8), np.zeros(1, dtype=np.int64)
+    if len(refs) <= _FEW_RECORDS:  # a few (maybe long) records: one slice each
+        view = memoryview(heap)
+        parts = [heap[a:a + n] for a, n in map(lambda r: _prefix(view, r), refs.tolist())]
+        lens = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+        return np.concatenate(parts), offsets_from_lengths(lens)
     n, plen = read_prefix_varint(heap, refs)
     lens = n.astype(np.int64)
     return heap[gather_index(refs + plen, lens)], offsets_from_lengths(lens)
+
+
+_FEW_RECORDS = 64
+
+
+def _prefix(view: memoryview, ref: int) -> tuple[int, int]:
+    """``(start, length)`` of the record at ``ref`` (after its varint length prefix)."""
+    n, shift = 0, 0
+    while True:
+        x = view[ref]
+        ref += 1
+        n |= (x & 0x7F) << shift
+        if x < 0x80:
+            return ref, n
+        shift += 7
 
 
 def record_tokens(body: np.ndarray, offsets: np.ndarray

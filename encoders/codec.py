@@ -187,11 +187,18 @@ def decode_sets(tokens: np.ndarray, pos: np.ndarray, shape: Sequence[int]
     out_off = offsets_from_lengths(size)
     out = np.empty(int(out_off[-1]), dtype=np.uint64)
     lrows = np.flatnonzero(~is_box)
+    all_lists = len(lrows) == len(pos)
     if len(lrows):
         lc = cnt[lrows]
-        idx = gather_index(pos[lrows] + 1, lc)
-        x = tokens[idx]
-        lo_ = offsets_from_lengths(lc)
+        if all_lists and _back_to_back(pos, cnt, len(tokens)):
+            # the sets fill the stream (one set per record): every token but the headers
+            body = np.ones(len(tokens), dtype=bool)
+            body[pos] = False
+            x = tokens[body]
+            lo_ = out_off
+        else:
+            x = tokens[gather_index(pos[lrows] + 1, lc)]
+            lo_ = offsets_from_lengths(lc)
         has = lc > 0
         firsts = lo_[:-1][has]
         x = x + U64(1)
@@ -203,7 +210,10 @@ def decode_sets(tokens: np.ndarray, pos: np.ndarray, shape: Sequence[int]
         before = np.zeros(len(lrows), dtype=np.uint64)
         nz = lo_[:-1] > 0
         before[nz] = cs[lo_[:-1][nz] - 1]
-        _place(lrows, cs - np.repeat(before, lc), lo_, out_off, out)
+        if all_lists:  # the list rows are the rows: no scatter
+            out = cs - np.repeat(before, lc)
+        else:
+            _place(lrows, cs - np.repeat(before, lc), lo_, out_off, out)
     brows = np.flatnonzero(is_box)
     if len(brows):
         bpos = pos[brows]
@@ -221,6 +231,14 @@ def decode_sets(tokens: np.ndarray, pos: np.ndarray, shape: Sequence[int]
         _place(brows, lin.view(np.uint64), bo, out_off, out)
     nxt = pos + np.where(is_box, 1 + 2 * ndim, 1 + cnt)
     return out, out_off, relative, nxt
+
+
+def _back_to_back(pos: np.ndarray, cnt: np.ndarray, n_tokens: int) -> bool:
+    """Whether list sets with headers at ``pos`` and ``cnt`` cells each are the whole
+    token stream, one after the other."""
+    if not len(pos) or pos[0] != 0 or int(pos[-1] + 1 + cnt[-1]) != n_tokens:
+        return False
+    return bool((pos[1:] == pos[:-1] + 1 + cnt[:-1]).all())
 
 
 def add_anchors(values: np.ndarray, offsets: np.ndarray, relative: np.ndarray,

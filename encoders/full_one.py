@@ -43,6 +43,7 @@ from subzero.modes import Direction
 from subzero.runtime import PairBatch, ShardSpec
 
 HEAP = "heap"
+SPILL = 16  # answers over 1/SPILL of their array go into a caller's mask (``into``)
 SAMPLE = 1 << 16  # keys hashed to choose absolute or relative sets
 
 
@@ -133,14 +134,24 @@ def decode_set(shard: ShardData, refs: np.ndarray, set_index: int,
 
 
 def union_for_keys(shard: ShardData, cells: np.ndarray, refs: np.ndarray, set_index: int,
-                   shapes: Sequence[Sequence[int]]) -> np.ndarray:
-    """Union of one set over the looked-up keys (sorted unique uint64)."""
+                   shapes: Sequence[Sequence[int]], into: np.ndarray | None = None
+                   ) -> np.ndarray | None:
+    """Union of one set over the looked-up keys (sorted unique uint64).
+
+    ``into`` (a flat bool array over the set's array): a large union (more than
+    ``1/SPILL`` of it) is set True there instead, sparing the sort, and None is returned.
+    """
     if len(cells) == 0:
         return np.empty(0, dtype=np.uint64)
     vals, offs, rel, inv = decode_set(shard, refs, set_index, shapes)
     if rel.any():
         vals, offs = take_rows(vals, offs, inv)
         vals = add_anchors(vals, offs, rel[inv], cells)
+    elif len(offs) == 2:
+        return vals  # one record: its set is sorted and distinct already
+    if into is not None and len(vals) * SPILL > len(into):
+        into[vals.astype(np.intp)] = True
+        return None
     return uniq(vals)
 
 
@@ -205,8 +216,8 @@ class FullOne(Encoding):
 
     # -- lookups ---------------------------------------------------------------------------
     def _lookup(self, shard: ShardData, table: str, key_shape: Sequence[int], q: np.ndarray,
-                set_index: int, shapes: Sequence[Sequence[int]], deadline: float | None
-                ) -> np.ndarray:
+                set_index: int, shapes: Sequence[Sequence[int]], deadline: float | None,
+                into: np.ndarray | None = None) -> np.ndarray | None:
         if shard.meta.get("empty"):
             return np.empty(0, dtype=np.uint64)
         space = shard.meta["key_spaces"].get(table)
@@ -221,7 +232,7 @@ class FullOne(Encoding):
             return np.empty(0, dtype=np.uint64)
         cells, refs = cellindex.lookup(shard, table, q, deadline)
         check_deadline(deadline)
-        return union_for_keys(shard, cells, refs, set_index, shapes)
+        return union_for_keys(shard, cells, refs, set_index, shapes, into)
 
     def _scan(self, shard: ShardData, table: str, q: np.ndarray, set_index: int,
               shapes: Sequence[Sequence[int]], deadline: float | None) -> np.ndarray:
@@ -232,20 +243,25 @@ class FullOne(Encoding):
         return uniq(np.concatenate(hits)) if hits else np.empty(0, dtype=np.uint64)
 
     def backward(self, shard: ShardData, out_lin: np.ndarray, i: int,
-                 deadline: float | None = None) -> np.ndarray:
+                 deadline: float | None = None, into: np.ndarray | None = None
+                 ) -> np.ndarray | None:
+        """As :meth:`Encoding.backward`; ``into`` as in :func:`union_for_keys`."""
         q = as_query(out_lin)
         m = shard.meta
         if self.direction is Direction.BACKWARD:
-            return self._lookup(shard, "k", m["out_shape"], q, i, m["in_shapes"], deadline)
+            return self._lookup(shard, "k", m["out_shape"], q, i, m["in_shapes"], deadline,
+                                into)
         return self._scan(shard, f"k{i}", q, 0, [m["out_shape"]], deadline)
 
     def forward(self, shard: ShardData, in_lin: np.ndarray, i: int,
-                deadline: float | None = None) -> np.ndarray:
+                deadline: float | None = None, into: np.ndarray | None = None
+                ) -> np.ndarray | None:
+        """As :meth:`Encoding.forward`; ``into`` as in :func:`union_for_keys`."""
         q = as_query(in_lin)
         m = shard.meta
         if self.direction is Direction.FORWARD:
             return self._lookup(shard, f"k{i}", m["in_shapes"][i], q, 0, [m["out_shape"]],
-                                deadline)
+                                deadline, into)
         return self._scan(shard, "k", q, i, m["in_shapes"], deadline)
 
     def estimate(self, pairs: int, out_cells: int, fanin: float, payload_bytes: float = 0.0,

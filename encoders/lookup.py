@@ -26,6 +26,7 @@ import numpy as np
 from encoders.base import LookupTimeout, check_deadline
 from encoders.csr import uniq
 from encoders.frontier import as_query
+from encoders.full_one import SPILL, FullOne
 from encoders.registry import encoding_class
 from encoders.store import LmdbShard, read_meta
 from subzero.cells import Box
@@ -51,6 +52,8 @@ class ShardReader:
         self.in_shapes = tuple(tuple(s) for s in self.meta["in_shapes"])
         self.encoding = encoding_class(self.meta["encoding"])(Direction(self.meta["direction"]))
         self._data = LmdbShard(self.path, self.meta)
+        # FullOne decodes straight into a caller's mask (the others answer sorted cells)
+        self._into = isinstance(self.encoding, FullOne)
 
     @property
     def full(self) -> bool:
@@ -62,23 +65,35 @@ class ShardReader:
                              f"{len(self.in_shapes)} input(s)")
         return int(i)
 
-    def backward(self, out_lin: np.ndarray, i: int, deadline: float | None = None
-                 ) -> np.ndarray:
-        """Input-``i`` cells (sorted unique uint64) of the output cells ``out_lin``."""
-        if not self.full:
-            raise QueryError(f"shard {self.path} stores {self.strategy.name} lineage; "
-                             "use payload_pairs")
-        check_deadline(deadline)
-        return self.encoding.backward(self._data, as_query(out_lin), self._input(i), deadline)
+    def backward(self, out_lin: np.ndarray, i: int, deadline: float | None = None,
+                 into: np.ndarray | None = None) -> np.ndarray | None:
+        """Input-``i`` cells (sorted unique uint64) of the output cells ``out_lin``.
 
-    def forward(self, in_lin: np.ndarray, i: int, deadline: float | None = None
-                ) -> np.ndarray:
-        """Output cells (sorted unique uint64) depending on input-``i`` cells ``in_lin``."""
+        ``into``: a flat bool array over the answer's array. A large answer (more than a
+        sixteenth of it) is then set True there instead, which spares sorting it, and
+        None is returned; a small one is returned as usual.
+        """
         if not self.full:
             raise QueryError(f"shard {self.path} stores {self.strategy.name} lineage; "
                              "use payload_pairs")
         check_deadline(deadline)
-        return self.encoding.forward(self._data, as_query(in_lin), self._input(i), deadline)
+        q, i = as_query(out_lin), self._input(i)
+        if self._into:
+            return self.encoding.backward(self._data, q, i, deadline, into)
+        return _spill(self.encoding.backward(self._data, q, i, deadline), into)
+
+    def forward(self, in_lin: np.ndarray, i: int, deadline: float | None = None,
+                into: np.ndarray | None = None) -> np.ndarray | None:
+        """Output cells (sorted unique uint64) depending on input-``i`` cells ``in_lin``;
+        ``into`` as in :meth:`backward`."""
+        if not self.full:
+            raise QueryError(f"shard {self.path} stores {self.strategy.name} lineage; "
+                             "use payload_pairs")
+        check_deadline(deadline)
+        q, i = as_query(in_lin), self._input(i)
+        if self._into:
+            return self.encoding.forward(self._data, q, i, deadline, into)
+        return _spill(self.encoding.forward(self._data, q, i, deadline), into)
 
     def payload_pairs(self, out_lin: np.ndarray | None, deadline: float | None = None
                       ) -> PairBatch | None:
@@ -98,6 +113,14 @@ class ShardReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _spill(got: np.ndarray, into: np.ndarray | None) -> np.ndarray | None:
+    """``got``, or None after setting it in ``into`` when it is large (see ``backward``)."""
+    if into is None or len(got) * SPILL <= len(into):
+        return got
+    into[got.astype(np.intp)] = True
+    return None
 
 
 def open_shard(path: str | os.PathLike) -> ShardReader:

@@ -81,10 +81,17 @@ def varint_decode(buf: np.ndarray, stops: np.ndarray | None = None
     starts = np.empty(len(ends), dtype=np.int64)
     starts[0] = 0
     starts[1:] = ends[:-1] + 1
-    pos = np.arange(len(buf), dtype=np.int64) - np.repeat(starts, ends - starts + 1)
-    shift = np.minimum(7 * pos, 63).astype(np.uint64)
-    contrib = (buf & 0x7F).astype(np.uint64) << shift
-    return np.bitwise_or.reduceat(contrib, starts), ends
+    low = buf & np.uint8(0x7F)
+    vals = low[starts].astype(np.uint64)
+    # one pass per further byte position, over the tokens that long only (most are short)
+    idx = np.flatnonzero(ends > starts)
+    k = 1
+    while len(idx) and k < 10:
+        at = starts[idx] + k
+        vals[idx] |= low[at].astype(np.uint64) << U64(7 * k)
+        idx = idx[ends[idx] > at]
+        k += 1
+    return vals, ends
 
 
 def read_prefix_varint(buf: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -33,7 +33,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from subzero.cells import Box, Ragged, as_linear, dilate, mask_from_linear, to_coords
+from subzero.cells import Box, Ragged, any_over, as_linear, dilate, mask_from_linear, to_coords
 from subzero.errors import ModeError, ShapeError
 from subzero.modes import Mode
 from subzero.runtime import TaskContext
@@ -300,7 +300,7 @@ def broadcast_map_b(frontier_out: np.ndarray, in_shape: Shape) -> np.ndarray:
     axes = _broadcast_axes(in_shape, frontier_out.shape)
     if not axes:
         return frontier_out.copy()
-    red = frontier_out.any(axis=axes, keepdims=True)
+    red = any_over(frontier_out, axes)
     pad = len(frontier_out.shape) - len(in_shape)
     return red.reshape(red.shape[pad:]) if pad else red
 

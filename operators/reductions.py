@@ -31,7 +31,7 @@ import numpy as np
 from operators.base import BLOCKWISE, GLOBAL, MappingOperator, Parallelism
 from operators.geometry import axis_strides, outer_linear
 from operators.parse import dtype_spec, parse_axes, parse_dtype, who
-from subzero.cells import Box, Ragged
+from subzero.cells import Box, Ragged, any_over
 from subzero.errors import WorkflowError
 from subzero.runtime import TaskContext
 
@@ -200,7 +200,7 @@ class Reduce(MappingOperator):
     def _kept_mask_from_out(self, frontier_out: np.ndarray) -> np.ndarray:
         """The output frontier as a mask over the kept axes (size 1 on reduced axes)."""
         if self.keepdims or self.broadcast:
-            return frontier_out.any(axis=self._axes, keepdims=True)
+            return any_over(frontier_out, self._axes)
         return np.expand_dims(frontier_out, self._axes)
 
     def map_b(self, frontier_out: np.ndarray, i: int) -> np.ndarray:
@@ -208,7 +208,7 @@ class Reduce(MappingOperator):
         return np.broadcast_to(k, self.in_shapes[0]).copy()
 
     def map_f(self, frontier_in: np.ndarray, i: int) -> np.ndarray:
-        k = frontier_in.any(axis=self._axes, keepdims=True)
+        k = any_over(frontier_in, self._axes)
         if self.broadcast:
             return np.broadcast_to(k, self.out_shape).copy()
         return k.reshape(self.out_shape).copy()

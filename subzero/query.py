@@ -38,8 +38,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from subzero.catalog import Catalog
-from subzero.cells import Box, as_linear, to_coords, unique
-from subzero.cells import frontier as make_frontier
+from subzero.cells import Box, Frontier, as_linear, size_of, start_frontier, to_coords, unique
 from subzero.errors import CellError, QueryError
 from subzero.executor import LoadedRun, reexecute
 from subzero.modes import Direction, Mode, Strategy
@@ -90,10 +89,13 @@ class LineageResult:
     steps: list[Step] = field(default_factory=list)
     elapsed_s: float = 0.0
     start: str = ""
+    known_count: int | None = field(default=None, repr=False, compare=False)
 
     @property
     def count(self) -> int:
-        return int(np.count_nonzero(self.mask))
+        if self.known_count is None:
+            self.known_count = int(np.count_nonzero(self.mask))
+        return self.known_count
 
     @property
     def coords(self) -> np.ndarray:
@@ -294,15 +296,14 @@ class QueryExecutor:
             self._check_array(start)
             self._check_array(to)
             steps, target = None, to
-        shape = wf.array_shape(start)
-        f0 = make_frontier(shape, cells)
-        n0 = int(np.count_nonzero(f0))
+        f0 = start_frontier(wf.array_shape(start), cells)
+        n0 = f0.n
         if path is not None:
-            mask, done = self._walk_path(direction, steps, f0, method)
+            got, done = self._walk_path(direction, steps, f0, method)
         else:
-            mask, done = self._walk_dag(direction, start, to, f0, method)
-        res = LineageResult(self.run.id, direction, target, wf.array_shape(target), mask, done,
-                            time.perf_counter() - t0, start)
+            got, done = self._walk_dag(direction, start, to, f0, method)
+        res = LineageResult(self.run.id, direction, target, wf.array_shape(target), got.mask,
+                            done, time.perf_counter() - t0, start, known_count=got.n)
         if self.log:
             self.catalog.log_query(
                 self.run.id, direction, start, target,
@@ -363,12 +364,11 @@ class QueryExecutor:
                                  f"{wf.nodes[nxt].inputs[j]!r}, not the output of {op!r}")
         return steps, src, steps[-1][0]
 
-    def _walk_path(self, direction: str, steps: list[tuple[str, int]], f: np.ndarray,
-                   method: str) -> tuple[np.ndarray, list[Step]]:
+    def _walk_path(self, direction: str, steps: list[tuple[str, int]], f: Frontier,
+                   method: str) -> tuple[Frontier, list[Step]]:
         done: list[Step] = []
         for op_name, i in steps:
-            f, step = self.step(op_name, i, direction, f, method,
-                                done[-1].out_count if done else None)
+            f, step = self._step(op_name, i, direction == "backward", f, method)
             done.append(step)
         return f, done
 
@@ -395,14 +395,14 @@ class QueryExecutor:
                              f"{wf.name!r}")
         return between
 
-    def _walk_dag(self, direction: str, start: str, target: str, f0: np.ndarray, method: str
-                  ) -> tuple[np.ndarray, list[Step]]:
+    def _walk_dag(self, direction: str, start: str, target: str, f0: Frontier, method: str
+                  ) -> tuple[Frontier, list[Step]]:
         """Union over every path: propagate frontiers through the DAG in (reverse)
         topological order; lineage distributes over unions, so this equals the union of the
         per-path answers while visiting each (operator, input) once."""
         wf = self.run.workflow
         between = self._relevant(direction, start, target)
-        fronts: dict[str, np.ndarray] = {start: f0}
+        fronts: dict[str, Frontier] = {start: f0}
         done: list[Step] = []
         if direction == "backward":
             for op_name in reversed(wf.order):
@@ -411,9 +411,9 @@ class QueryExecutor:
                 for i, src in enumerate(wf.nodes[op_name].inputs):
                     if src not in between:
                         continue
-                    got, step = self.step(op_name, i, "backward", fronts[op_name], method)
+                    got, step = self._step(op_name, i, True, fronts[op_name], method)
                     done.append(step)
-                    fronts[src] = fronts[src] | got if src in fronts else got
+                    fronts[src] = fronts[src].union(got) if src in fronts else got
         else:
             for op_name in wf.order:
                 if op_name not in between:
@@ -421,10 +421,11 @@ class QueryExecutor:
                 for i, src in enumerate(wf.nodes[op_name].inputs):
                     if src not in between or src not in fronts:
                         continue
-                    got, step = self.step(op_name, i, "forward", fronts[src], method)
+                    got, step = self._step(op_name, i, False, fronts[src], method)
                     done.append(step)
-                    fronts[op_name] = fronts[op_name] | got if op_name in fronts else got
-        return fronts.get(target, np.zeros(wf.array_shape(target), dtype=bool)), done
+                    fronts[op_name] = fronts[op_name].union(got) if op_name in fronts else got
+        empty = Frontier(wf.array_shape(target), lin=np.empty(0, dtype=np.uint64))
+        return fronts.get(target, empty), done
 
     # -- one step --------------------------------------------------------------------------
     def methods(self, op_name: str) -> list[tuple[str, Strategy | None]]:
@@ -442,58 +443,68 @@ class QueryExecutor:
         self._methods[op_name] = out
         return out
 
-    def step(self, op_name: str, i: int, direction: str, f: np.ndarray, method: str = "auto",
+    def step(self, op_name: str, i: int, direction: str, f: Any, method: str = "auto",
              n_in: int | None = None) -> tuple[np.ndarray, Step]:
-        """Map frontier ``f`` through input ``i`` of ``op_name`` (backward: output -> input
-        i; forward: input i -> output). ``n_in``: ``f``'s cell count, when known."""
+        """Map frontier ``f`` (a bool mask or a :class:`~subzero.cells.Frontier`) through
+        input ``i`` of ``op_name`` (backward: output -> input i; forward: input i ->
+        output); returns the mask reached. ``n_in``: ``f``'s cell count, when known."""
+        front = Frontier.of(f)
+        if n_in is not None and front._n is None:
+            front._n = int(n_in)
+        got, step = self._step(op_name, i, direction == "backward", front, method)
+        return got.mask, step
+
+    def _step(self, op_name: str, i: int, backward: bool, f: Frontier, method: str
+              ) -> tuple[Frontier, Step]:
         t0 = time.perf_counter()
         op = self.run.op(op_name)
-        backward = direction == "backward"
         out_shape = op.in_shapes[i] if backward else op.out_shape
-        n_in = int(np.count_nonzero(f)) if n_in is None else int(n_in)
+        n_in = f.n
         note = ""
         if n_in == 0:
-            res, used = np.zeros(out_shape, dtype=bool), "empty"
+            res, used = Frontier(out_shape, lin=np.empty(0, dtype=np.uint64)), "empty"
         elif self.entire_array and n_in == f.size and op.all_to_all(i):
-            res, used = np.ones(out_shape, dtype=bool), "entire-array"
+            res = Frontier(out_shape, mask=np.ones(out_shape, dtype=bool), n=size_of(out_shape))
+            used = "entire-array"
         else:
             options = self.methods(op_name)
-            chosen, estimate = self._choose(op, i, backward, f, n_in, options, method)
-            kind, strategy = chosen
+            (kind, strategy), budget = self._choose(op, i, backward, f, options, method)
             if kind == "map":
-                res = op.map_b(f, i) if backward else op.map_f(f, i)
-                res = np.asarray(res, dtype=bool)
-                used = "map"
+                m = op.map_b(f.mask, i) if backward else op.map_f(f.mask, i)
+                res, used = Frontier(out_shape, mask=np.asarray(m, dtype=bool)), "map"
             elif kind == "stored":
-                reexec_est = estimate.get(("reexec", None))
-                deadline = (time.perf_counter() + max(reexec_est, self.min_switch_s)
-                            if method == "auto" and reexec_est is not None else None)
+                deadline = (time.perf_counter() + max(budget, self.min_switch_s)
+                            if budget is not None else None)
                 res = self._stored(op, i, backward, f, strategy, deadline)
                 used = f"stored:{strategy.name}"
                 if res is None:  # reading cost more than re-executing would
                     res = self._reexec(op, i, backward, f)
                     used = "reexec"
-                    note = f"switched from stored:{strategy.name} after {reexec_est:.3f} s"
+                    note = (f"switched from stored:{strategy.name} after "
+                            f"{max(budget, self.min_switch_s):.3f} s")
             else:
-                res = self._reexec(op, i, backward, f)
-                used = "reexec"
-        step = Step(op_name, i, used, n_in, int(np.count_nonzero(res)),
-                    time.perf_counter() - t0, note)
+                res, used = self._reexec(op, i, backward, f), "reexec"
+        step = Step(op_name, i, used, n_in, res.n, time.perf_counter() - t0, note)
         return res, step
 
     def _stats(self, op_name: str) -> dict[str, Any]:
         return self.op_stats.get(op_name, {})
 
-    def _choose(self, op: Any, i: int, backward: bool, f: np.ndarray, n_in: int,
+    def _choose(self, op: Any, i: int, backward: bool, f: Frontier,
                 options: list[tuple[str, Strategy | None]], method: str
-                ) -> tuple[tuple[str, Strategy | None], dict]:
+                ) -> tuple[tuple[str, Strategy | None], float | None]:
+        """The cheapest method (or the cheapest of the forced kind) and, under ``auto``, how
+        long reading stored lineage may take before re-execution is the better bet."""
         if method == "auto" and options[0][0] == "map":
             # the paper's optimizer picks mapping functions over every other class
-            return ("map", None), {}
+            return ("map", None), None
+        if method == "reexec":
+            return ("reexec", None), None
         est: dict[tuple[str, Any], float] = {}
         c = self.costs
-        in_size = int(np.prod(op.in_shapes[i]))
-        out_size = int(np.prod(op.out_shape))
+        n_in = f.n
+        in_size = size_of(op.in_shapes[i])
+        out_size = size_of(op.out_shape)
         for kind, s in options:
             if kind == "map":
                 est[(kind, s)] = c.map_cost(in_size, out_size)
@@ -510,22 +521,25 @@ class QueryExecutor:
                 if s.mode is Mode.COMP:
                     est[(kind, s)] += c.map_cost(in_size, out_size)
                 est[(kind, s)] += c.shard_open * self._unopened(op.name, s.name)
-            else:
-                tiles, cells = self._tiles(op, i, backward, f)
-                on_spark = self._use_spark(cells, len(tiles), op)
-                if not on_spark and self._observed(op.name) is not None:
-                    est[(kind, s)] = self._driver_estimate(op, cells)
-                else:
-                    est[(kind, s)] = c.reexec_cost(
-                        self._stats(op.name).get("runtime_nolineage_s"), out_size, cells,
-                        len(tiles), on_spark)
         if method != "auto":
-            forced = [(k, s) for k, s in options if k == method]
-            if forced:
-                return min(forced, key=lambda o: est[o]), {("reexec", None): est.get(
-                    ("reexec", None))}
-        best = min(options, key=lambda o: est[o])
-        return best, {("reexec", None): est.get(("reexec", None))}
+            forced = [o for o in options if o[0] == method]
+            if forced:  # no re-execution fallback for a forced method
+                return min(forced, key=lambda o: est[o]), None
+        auto = method == "auto"  # (a forced method the operator lacks falls back here)
+        cheap = [o for o in options if o in est]
+        floor = c.reexec_fixed_driver  # no re-execution costs less
+        if cheap and est[min(cheap, key=lambda o: est[o])] < floor:
+            # certainly cheaper than re-executing: skip finding the tiles it would run
+            return min(cheap, key=lambda o: est[o]), floor if auto else None
+        tiles, cells = self._tiles(op, i, backward, f.mask)
+        on_spark = self._use_spark(cells, len(tiles), op)
+        if not on_spark and self._observed(op.name) is not None:
+            est[("reexec", None)] = self._driver_estimate(op, cells)
+        else:
+            est[("reexec", None)] = c.reexec_cost(
+                self._stats(op.name).get("runtime_nolineage_s"), out_size, cells, len(tiles),
+                on_spark)
+        return min(options, key=lambda o: est[o]), est[("reexec", None)] if auto else None
 
     # -- stored lineage --------------------------------------------------------------------
     def _unopened(self, op_name: str, strategy: str) -> int:
@@ -542,8 +556,8 @@ class QueryExecutor:
             reader = _READERS[key] = open_shard(key)
         return reader
 
-    def _stored(self, op: Any, i: int, backward: bool, f: np.ndarray, s: Strategy,
-                deadline: float | None) -> np.ndarray | None:
+    def _stored(self, op: Any, i: int, backward: bool, f: Frontier, s: Strategy,
+                deadline: float | None) -> Frontier | None:
         """Answer from stored lineage; None if ``deadline`` passed (switch to reexec)."""
         from encoders.lookup import LookupTimeout
 
@@ -551,25 +565,48 @@ class QueryExecutor:
         try:
             if s.mode is Mode.FULL:
                 return self._stored_full(op, i, backward, f, rows, deadline)
-            return self._stored_payload(op, i, backward, f, rows, s.mode is Mode.COMP, deadline)
+            res = self._stored_payload(op, i, backward, f, rows, s.mode is Mode.COMP,
+                                       deadline)
+            return Frontier(res.shape, mask=res)
         except LookupTimeout:
             return None
 
-    def _stored_full(self, op: Any, i: int, backward: bool, f: np.ndarray, rows: list[dict],
-                     deadline: float | None) -> np.ndarray:
+    def _stored_full(self, op: Any, i: int, backward: bool, f: Frontier, rows: list[dict],
+                     deadline: float | None) -> Frontier:
+        """The union of every shard's answer: sorted cells while it is small, a mask once
+        it is not (large answers are decoded straight into it; the shards stop once it is
+        full)."""
         out_shape = op.in_shapes[i] if backward else op.out_shape
-        res = np.zeros(out_shape, dtype=bool)
-        flat = res.reshape(-1)
-        q = np.flatnonzero(f).astype(np.uint64)
+        size = size_of(out_shape)
+        q = f.lin
+        flat = np.zeros(size, dtype=bool)
+        parts: list[np.ndarray] = []
+        dense, total = False, 0
         for row in rows:
             reader = self._reader(row)
-            if backward and not f[reader.out_box.slices].any():
+            if backward and len(rows) > 1 and not f.meets(reader.out_box):
                 continue  # backward: this shard's output chunk holds no frontier cell
-            got = reader.backward(q, i, deadline) if backward else reader.forward(q, i, deadline)
-            flat[got.astype(np.intp)] = True
-            if flat.all():
+            got = (reader.backward(q, i, deadline, flat) if backward
+                   else reader.forward(q, i, deadline, flat))
+            if got is None:  # a large answer, set in the mask
+                dense = True
+            elif len(got):
+                total += len(got)
+                if dense or total * Frontier.SPARSE_FRACTION > size:
+                    flat[got.astype(np.intp)] = True
+                    dense = True
+                else:
+                    parts.append(got)  # sorted unique (the lookup contract)
+            if dense and len(rows) > 1 and flat.all():
                 break  # the frontier is full: nothing left to add
-        return res
+        if dense:
+            for p in parts:
+                flat[p.astype(np.intp)] = True
+            return Frontier(out_shape, mask=flat.reshape(out_shape))
+        if len(parts) == 1:
+            return Frontier(out_shape, lin=parts[0])
+        return Frontier(out_shape, lin=unique(np.concatenate(parts)) if parts
+                        else np.empty(0, dtype=np.uint64))
 
     def _payload_pairs(self, rows: list[dict], q: np.ndarray | None, f: np.ndarray | None,
                        deadline: float | None) -> PairBatch | None:
@@ -583,13 +620,15 @@ class QueryExecutor:
                 batches.append(b)
         return PairBatch.concat(batches)
 
-    def _stored_payload(self, op: Any, i: int, backward: bool, f: np.ndarray, rows: list[dict],
-                        composite: bool, deadline: float | None) -> np.ndarray:
+    def _stored_payload(self, op: Any, i: int, backward: bool, front: Frontier,
+                        rows: list[dict], composite: bool, deadline: float | None
+                        ) -> np.ndarray:
         from encoders.base import check_deadline
 
         in_shape, out_shape = op.in_shapes[i], op.out_shape
+        f = front.mask
         if backward:
-            q = np.flatnonzero(f).astype(np.uint64)
+            q = front.lin
             groups = group_by_payload(self._payload_pairs(rows, q, f, deadline))
             res = None
             if composite:  # the mapping default for the cells that stored no payload
@@ -703,12 +742,13 @@ class QueryExecutor:
                     else cells * self.costs.reexec_per_cell * self.costs.trace_factor)
         return estimate > SPARK_REEXEC_MIN_S
 
-    def _reexec(self, op: Any, i: int, backward: bool, f: np.ndarray) -> np.ndarray:
+    def _reexec(self, op: Any, i: int, backward: bool, front: Frontier) -> Frontier:
+        f = front.mask
         tiles, cells = self._tiles(op, i, backward, f)
         out_shape = op.in_shapes[i] if backward else op.out_shape
         res = np.zeros(out_shape, dtype=bool)
         if not tiles:
-            return res
+            return Frontier(out_shape, mask=res, n=0)
         join = _join_backward if backward else _join_forward
         reduce = partial(join, i=i, packed=np.packbits(f.reshape(-1)), shape=f.shape)
         where = "spark" if self._use_spark(cells, len(tiles), op) else "driver"
@@ -721,7 +761,7 @@ class QueryExecutor:
         flat = res.reshape(-1)
         for r in results:
             flat[np.asarray(r["result"], dtype=np.intp)] = True
-        return res
+        return Frontier(out_shape, mask=res)
 
 
 def parse_path(text: str) -> list[tuple[str, int]]:

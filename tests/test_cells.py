@@ -106,3 +106,19 @@ def test_ragged_take_concat_and_any_in():
 @given(hnp.arrays(np.uint64, st.integers(0, 50), elements=st.integers(0, 20)))
 def test_unique_matches_numpy(values):
     assert unique(values).tolist() == np.unique(values).tolist()
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.data())
+def test_any_over_is_numpy_any(data):
+    from subzero.cells import any_over
+
+    shape = tuple(data.draw(st.lists(st.integers(1, 70), min_size=1, max_size=3)))
+    density = data.draw(st.sampled_from([0.0, 0.01, 0.3, 1.0]))
+    rng = np.random.default_rng(data.draw(st.integers(0, 1000)))
+    m = rng.random(shape) < density
+    axes = data.draw(st.lists(st.integers(0, len(shape) - 1), unique=True, max_size=len(shape)))
+    for keep in (True, False):
+        want = m.any(axis=tuple(axes), keepdims=keep)
+        got = any_over(m, axes, keepdims=keep)
+        assert got.shape == want.shape and (got == want).all()
