@@ -16,6 +16,7 @@ caller takes the vectorized path.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from itertools import product
 from typing import Sequence
 
@@ -30,12 +31,18 @@ MAX_RECORD = 1024  # record bytes up to which a record is decoded in plain Pytho
 _RUN = 8           # cellindex.BUCKET_BITS: a key cell k lives in run k >> 8
 
 
-def py_strides(shape: Sequence[int]) -> list[int]:
+@lru_cache(maxsize=256)
+def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     out, s = [], 1
     for n in reversed(shape):
         out.append(s)
         s *= int(n)
-    return out[::-1]
+    return tuple(out[::-1])
+
+
+def py_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """C-order strides in cells, as Python ints."""
+    return _strides(tuple(int(n) for n in shape))
 
 
 def varints(b: bytes) -> list[int]:
@@ -64,17 +71,13 @@ def touching(q: Sequence[int], space: dict | None, shape: Sequence[int]) -> list
     q = [c for c in q if lo_lin <= c <= hi_lin]
     if len(shape) < 2 or not q:
         return q
-    st = py_strides(shape)
     lo, hi = space["lo"], space["hi"]
-    out = []
-    for c in q:
-        for s, n, a, b in zip(st, shape, lo, hi):
-            x = (c // s) % n
-            if x < a or x >= b:
-                break
-        else:
-            out.append(c)
-    return out
+    if len(shape) == 2:
+        n = int(shape[1])
+        (r0, c0), (r1, c1) = lo, hi
+        return [c for c in q if r0 <= c // n < r1 and c0 <= c % n < c1]
+    axes = list(zip(py_strides(shape), shape, lo, hi))
+    return [c for c in q if all(a <= (c // s) % n < b for s, n, a, b in axes)]
 
 
 def lookup(shard: ShardData, table: str, q: Sequence[int]) -> list[tuple[int, int]]:

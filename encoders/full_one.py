@@ -228,7 +228,11 @@ class FullOne(Encoding):
             got = fewcells.union(shard, HEAP, found, set_index, shapes)
             if got is not None:
                 return got
-        elif not touches(q, space, key_shape):
+            # long records: decode them vectorized (the keys are found already)
+            cells = np.array([c for c, _ in found], dtype=np.uint64)
+            refs = np.array([r for _, r in found], dtype=np.uint64)
+            return union_for_keys(shard, cells, refs, set_index, shapes, into)
+        if not touches(q, space, key_shape):
             return np.empty(0, dtype=np.uint64)
         cells, refs = cellindex.lookup(shard, table, q, deadline)
         check_deadline(deadline)

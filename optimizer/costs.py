@@ -232,9 +232,10 @@ class CostModel:
         matched = (payload and backward) or (
             s.direction is (Direction.BACKWARD if backward else Direction.FORWARD))
         in_cells = ms.in_cells / max(1, len(prof.in_shapes))  # one input per query step
+        key_space = prof.out_size if backward else int(in_size)
         cost = c.stored_cost(matched, payload, not backward, int(n), max(1, prof.tasks),
                              int(ms.pairs), int(ms.out_cells), int(in_cells),
-                             many=s.encoding in ("FullMany", "PayMany"))
+                             many=s.encoding in ("FullMany", "PayMany"), key_space=key_space)
         if s.mode is Mode.COMP:
             cost += c.map_cost(int(in_size), prof.out_size)
         return min(reexec, cost)

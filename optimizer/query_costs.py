@@ -25,6 +25,28 @@ from typing import Any
 CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
 
 
+def cells_per_key(forward: bool, pairs: int, out_cells: int, in_cells: int,
+                  key_space: int | None = None) -> float:
+    """Cells a matched lookup decodes per query cell: the cell sets stored under one key.
+
+    A key (an output cell backward, an input cell forward) holds the other side of every
+    pair it is in: summed over keys that is about ``out_cells * in_cells / pairs`` cells,
+    spread over the distinct keys, at most ``key_space`` of them (pairs overlap: an input
+    pixel of a 3x3 stencil is in 9 pairs). Without ``key_space``: the mean fan-in.
+
+    >>> cells_per_key(False, 100, 100, 900, key_space=100)   # 3x3 stencil, backward
+    9.0
+    >>> cells_per_key(True, 100, 100, 900, key_space=100)    # and forward
+    9.0
+    >>> cells_per_key(True, 18, 100, 393870, key_space=537600)   # few, wide pairs
+    5.555555555555555
+    """
+    if key_space is None:
+        return in_cells / max(1, out_cells)
+    keys, other = (in_cells, out_cells) if forward else (out_cells, in_cells)
+    return keys * other / max(1, pairs) / max(1, min(keys, key_space))
+
+
 @dataclass(frozen=True)
 class QueryCosts:
     """Seconds per unit of work for each query access method."""
@@ -58,7 +80,8 @@ class QueryCosts:
 
     def stored_cost(self, matched: bool, payload: bool, forward: bool, n_query: int,
                     shards: int, pairs: int, out_cells: int, in_cells: int,
-                    groups: int | None = None, many: bool = False) -> float:
+                    groups: int | None = None, many: bool = False,
+                    key_space: int | None = None) -> float:
         """Reading stored lineage for ``n_query`` frontier cells.
 
         ``pairs``/``out_cells``/``in_cells`` are the strategy's totals over its shards;
@@ -66,9 +89,11 @@ class QueryCosts:
         each), or the distinct cell sets a mismatched scan decodes (shared sets, such as
         the same relative stencil box around every cell, decode once; unknown counts as
         all distinct); ``many``: a FullMany/PayMany encoding, whose matched lookups probe
-        an R-tree.
+        an R-tree; ``key_space``: cells of the array a matched lookup is keyed by (output
+        backward, input forward), which makes the cells decoded per query cell an
+        estimate for either direction (see :func:`cells_per_key`).
         """
-        fanin = in_cells / max(1, out_cells)
+        fanin = cells_per_key(forward, pairs, out_cells, in_cells, key_space)
         if many and (matched or (payload and not forward)):
             return self._stored(matched, payload, forward, n_query, shards, pairs, fanin,
                                 groups) + shards * self.rtree_fixed

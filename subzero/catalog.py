@@ -12,10 +12,13 @@ SubZero is refused rather than misread.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import socket
 import sqlite3
+import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -95,6 +98,57 @@ def _loads(v: str | None) -> Any:
     return None if v is None else json.loads(v)
 
 
+# Query-log rows not yet written, per catalog file. A lineage query takes well under a
+# millisecond and a committed insert about a tenth of one, so rows are written in one
+# transaction when LOG_BATCH of them wait or LOG_DELAY_S passed since the first, when this
+# process reads the log or closes a catalog, and when it exits.
+LOG_BATCH = 256
+LOG_DELAY_S = 2.0
+_LOG_LOCK = threading.Lock()
+_PENDING_LOG: dict[str, list[tuple]] = {}
+_PENDING_SINCE: dict[str, float] = {}
+_LOG_SQL = ("INSERT INTO query_log (run, at, direction, start, target, path, in_count, "
+            "out_count, elapsed_s, steps) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+
+
+@contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One IMMEDIATE transaction: all or nothing."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    else:
+        db.execute("COMMIT")
+
+
+def _write_log(db: sqlite3.Connection, rows: list[tuple]) -> None:
+    with _transaction(db):
+        db.executemany(_LOG_SQL, [(*r[:5], json.dumps(r[5]), *r[6:9], json.dumps(r[9]))
+                                  for r in rows])
+
+
+@atexit.register
+def _flush_all_query_logs() -> None:
+    """At exit: write every catalog's pending query-log rows (best effort: a catalog that
+    cannot be written any more loses them, with a warning)."""
+    with _LOG_LOCK:
+        pending = dict(_PENDING_LOG)
+        _PENDING_LOG.clear()
+        _PENDING_SINCE.clear()
+    for path, rows in pending.items():
+        try:
+            db = sqlite3.connect(path, timeout=30.0, isolation_level=None)
+            try:
+                _write_log(db, rows)
+            finally:
+                db.close()
+        except sqlite3.Error as e:
+            print(f"subzero: could not log {len(rows)} queries in {path}: {e}", file=sys.stderr)
+
+
 class Catalog:
     """The SQLite catalog of one SubZero home.
 
@@ -105,6 +159,7 @@ class Catalog:
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._key = os.path.realpath(self.path)
         self.db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode=WAL")
@@ -131,20 +186,15 @@ class Catalog:
         return int(self.db.execute("SELECT value FROM meta WHERE key='schema_version'")
                    .fetchone()["value"])
 
-    @contextmanager
-    def tx(self) -> Iterator[sqlite3.Connection]:
-        """One IMMEDIATE transaction: all or nothing."""
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self.db
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        else:
-            self.db.execute("COMMIT")
+    def tx(self) -> Any:
+        """One IMMEDIATE transaction: all or nothing (``with cat.tx() as db:``)."""
+        return _transaction(self.db)
 
     def close(self) -> None:
-        self.db.close()
+        try:
+            self.flush_query_log()
+        finally:
+            self.db.close()
 
     # -- runs ------------------------------------------------------------------------------
     def create_run(
@@ -325,15 +375,28 @@ class Catalog:
     # -- query log -------------------------------------------------------------------------
     def log_query(self, rid: str, direction: str, start: str, target: str, path: list,
                   in_count: int, out_count: int, elapsed_s: float, steps: list[dict]) -> None:
-        with self.tx() as db:
-            db.execute(
-                "INSERT INTO query_log (run, at, direction, start, target, path, in_count, "
-                "out_count, elapsed_s, steps) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (rid, time.time(), direction, start, target, json.dumps(path), in_count,
-                 out_count, elapsed_s, json.dumps(steps)),
-            )
+        """Log one query (the optimizer's workload). Written with the next batch: see
+        :data:`LOG_BATCH`; reading the log here or closing the catalog writes it."""
+        row = (rid, time.time(), direction, start, target, path, in_count, out_count,
+               elapsed_s, steps)
+        with _LOG_LOCK:
+            pending = _PENDING_LOG.setdefault(self._key, [])
+            pending.append(row)
+            due = (len(pending) >= LOG_BATCH
+                   or row[1] - _PENDING_SINCE.setdefault(self._key, row[1]) >= LOG_DELAY_S)
+        if due:
+            self.flush_query_log()
+
+    def flush_query_log(self) -> None:
+        """Write the queries this process logged to this catalog and has not written."""
+        with _LOG_LOCK:
+            rows = _PENDING_LOG.pop(self._key, None)
+            _PENDING_SINCE.pop(self._key, None)
+        if rows:
+            _write_log(self.db, rows)
 
     def query_log(self, rid: str | None = None) -> list[dict[str, Any]]:
+        self.flush_query_log()
         if rid is None:
             rows = self.db.execute("SELECT * FROM query_log ORDER BY id")
         else:

@@ -22,6 +22,7 @@ array([ 5,  6,  9, 10], dtype=uint64)
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
@@ -46,7 +47,7 @@ def parse_shape(shape: Any, what: str = "shape") -> Shape:
 
 def size_of(shape: Shape) -> int:
     """Cells in an array of ``shape`` (1 for a 0-d array)."""
-    return int(np.prod(shape, dtype=np.int64)) if shape else 1
+    return math.prod(int(n) for n in shape)
 
 
 def strides(shape: Shape) -> np.ndarray:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Iterable
 
 from subzero.errors import ModeError
@@ -92,7 +93,7 @@ class Strategy:
         """Whether the strategy writes lineage to disk during a run."""
         return self.mode in (Mode.FULL, Mode.PAY, Mode.COMP)
 
-    @property
+    @cached_property
     def name(self) -> str:
         if not self.stored:
             return self.mode.value.lower()

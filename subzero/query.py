@@ -260,6 +260,9 @@ class QueryExecutor:
                   sum(r["out_cells"] or 0 for r in rows), sum(r["in_cells"] or 0 for r in rows))
             for key, rows in self.shards.items()}
         self._methods: dict[str, list[tuple[str, Strategy | None]]] = {}
+        self._between: dict[tuple[str, str, str], set[str]] = {}
+        self._facts: dict[tuple[str, int, bool], list[tuple]] = {}
+        self._open: set[tuple[str, str]] = set()  # (op, strategy) whose shards are open
         self._home = str(run.home)
 
     def close(self) -> None:
@@ -374,6 +377,12 @@ class QueryExecutor:
 
     def _relevant(self, direction: str, start: str, target: str) -> set[str]:
         """Arrays on some path between ``start`` and ``target``."""
+        key = (direction, start, target)
+        if key not in self._between:
+            self._between[key] = self._find_relevant(direction, start, target)
+        return self._between[key]
+
+    def _find_relevant(self, direction: str, start: str, target: str) -> set[str]:
         wf = self.run.workflow
         parents = {n: set(wf.nodes[n].inputs) for n in wf.order}
 
@@ -500,27 +509,16 @@ class QueryExecutor:
             return ("map", None), None
         if method == "reexec":
             return ("reexec", None), None
-        est: dict[tuple[str, Any], float] = {}
         c = self.costs
         n_in = f.n
-        in_size = size_of(op.in_shapes[i])
-        out_size = size_of(op.out_shape)
-        for kind, s in options:
-            if kind == "map":
-                est[(kind, s)] = c.map_cost(in_size, out_size)
-            elif kind == "stored":
-                n_shards, pairs, outs, ins = self.totals[(op.name, s.name)]
-                payload = s.mode in (Mode.PAY, Mode.COMP)
-                matched = payload and backward or (
-                    s.direction is (Direction.BACKWARD if backward else Direction.FORWARD))
-                records = self.stats.get((op.name, s.name), {}).get("records")
-                est[(kind, s)] = c.stored_cost(
-                    matched, payload, not backward, n_in, n_shards, pairs, outs, ins,
-                    groups=int(records) if records is not None else None,
-                    many=s.encoding in ("FullMany", "PayMany"))
-                if s.mode is Mode.COMP:
-                    est[(kind, s)] += c.map_cost(in_size, out_size)
-                est[(kind, s)] += c.shard_open * self._unopened(op.name, s.name)
+        est: dict[tuple[str, Any], float] = {}
+        for option, fixed, args in self._option_facts(op, i, backward, options):
+            if args is None:  # a mapping function
+                est[option] = fixed
+            else:
+                est[option] = (fixed + c.stored_cost(args[0], args[1], not backward, n_in,
+                                                     *args[2:])
+                               + c.shard_open * self._unopened(op.name, option[1].name))
         if method != "auto":
             forced = [o for o in options if o[0] == method]
             if forced:  # no re-execution fallback for a forced method
@@ -537,15 +535,50 @@ class QueryExecutor:
             est[("reexec", None)] = self._driver_estimate(op, cells)
         else:
             est[("reexec", None)] = c.reexec_cost(
-                self._stats(op.name).get("runtime_nolineage_s"), out_size, cells, len(tiles),
-                on_spark)
+                self._stats(op.name).get("runtime_nolineage_s"), size_of(op.out_shape), cells,
+                len(tiles), on_spark)
         return min(options, key=lambda o: est[o]), est[("reexec", None)] if auto else None
+
+    def _option_facts(self, op: Any, i: int, backward: bool,
+                      options: list[tuple[str, Strategy | None]]) -> list[tuple]:
+        """Per map or stored option, what its cost estimate needs besides the frontier:
+        ``(option, fixed cost, stored_cost arguments or None)``; worked out once per
+        operator input and direction (steps are hot)."""
+        key = (op.name, i, backward)
+        facts = self._facts.get(key)
+        if facts is not None:
+            return facts
+        c = self.costs
+        map_cost = c.map_cost(size_of(op.in_shapes[i]), size_of(op.out_shape))
+        facts = []
+        for kind, s in options:
+            if kind == "map":
+                facts.append(((kind, s), map_cost, None))
+            elif kind == "stored":
+                n_shards, pairs, outs, ins = self.totals[(op.name, s.name)]
+                payload = s.mode in (Mode.PAY, Mode.COMP)
+                matched = payload and backward or (
+                    s.direction is (Direction.BACKWARD if backward else Direction.FORWARD))
+                records = self.stats.get((op.name, s.name), {}).get("records")
+                n_in = max(1, len(op.in_shapes))  # the totals count every input's cells
+                facts.append(((kind, s), map_cost if s.mode is Mode.COMP else 0.0,
+                              (matched, payload, n_shards, pairs, outs, ins // n_in,
+                               int(records) if records is not None else None,
+                               s.encoding in ("FullMany", "PayMany"),
+                               size_of(op.in_shapes[i] if not backward else op.out_shape))))
+        self._facts[key] = facts
+        return facts
 
     # -- stored lineage --------------------------------------------------------------------
     def _unopened(self, op_name: str, strategy: str) -> int:
         """Shards of the strategy this process has not opened yet (readers stay open)."""
-        return sum(os.path.join(self._home, row["path"]) not in _READERS
-                   for row in self.shards.get((op_name, strategy), ()))
+        if (op_name, strategy) in self._open:
+            return 0
+        n = sum(os.path.join(self._home, row["path"]) not in _READERS
+                for row in self.shards.get((op_name, strategy), ()))
+        if n == 0:
+            self._open.add((op_name, strategy))
+        return n
 
     def _reader(self, row: dict[str, Any]) -> Any:
         key = os.path.join(self._home, row["path"])  # the home is already absolute

@@ -76,3 +76,37 @@ def test_chunking_policies():
     assert Chunking.parse("4x2") == Chunking(split=(4, 2))
     with pytest.raises(Exception, match="bad chunking"):
         Chunking.parse("a,b")
+
+
+def test_logged_queries_are_written_in_batches_and_seen_by_every_reader(tmp_path, monkeypatch):
+    from subzero import catalog as catalog_mod
+
+    monkeypatch.setattr(catalog_mod, "LOG_BATCH", 3)
+    path = tmp_path / "catalog.sqlite"
+    a, b = Catalog(path), Catalog(path)
+
+    def rows_on_disk() -> int:
+        return b.db.execute("SELECT COUNT(*) FROM query_log").fetchone()[0]
+
+    a.log_query("r1", "forward", "x", "y", [["y", 0]], 1, 2, 0.001, [{"method": "map"}])
+    a.log_query("r1", "forward", "x", "y", [["y", 0]], 1, 2, 0.001, [])
+    assert rows_on_disk() == 0  # waiting for the batch
+    # another catalog object of the same file, in this process, reads them all
+    log = b.query_log("r1")
+    assert [q["steps"] for q in log] == [[{"method": "map"}], []] and rows_on_disk() == 2
+    for _ in range(3):
+        a.log_query("r1", "backward", "y", "x", [["y", 0]], 1, 1, 0.001, [])
+    assert rows_on_disk() == 5  # a full batch is written at once
+    a.log_query("r1", "backward", "y", "x", [["y", 0]], 1, 1, 0.001, [])
+    a.close()  # closing writes the rest
+    assert rows_on_disk() == 6
+    b.close()
+
+
+def test_queries_logged_by_a_process_are_written_when_it_exits(tmp_path):
+    path = tmp_path / "catalog.sqlite"
+    code = ("import sys; from subzero.catalog import Catalog; "
+            "c = Catalog(sys.argv[1]); "
+            "c.log_query('r1', 'forward', 'x', 'y', [['y', 0]], 1, 2, 0.001, [])")
+    subprocess.run([sys.executable, "-c", code, str(path)], check=True)
+    assert len(Catalog(path).query_log("r1")) == 1
