@@ -213,12 +213,14 @@ class Encoding(ABC):
 
     def backward(self, shard: ShardData, out_lin: np.ndarray, i: int,
                  deadline: float | None = None) -> np.ndarray:
-        """Input-``i`` cells (unique sorted uint64) of the pairs meeting ``out_lin``."""
+        """Input-``i`` cells (unique sorted uint64) of the pairs meeting ``out_lin`` (sorted
+        unique uint64, as :class:`encoders.lookup.ShardReader` passes it)."""
         raise NotImplementedError(f"{self.name} stores payloads; use payload_pairs")
 
     def forward(self, shard: ShardData, in_lin: np.ndarray, i: int,
                 deadline: float | None = None) -> np.ndarray:
-        """Output cells (unique sorted uint64) of the pairs meeting input-``i`` ``in_lin``."""
+        """Output cells (unique sorted uint64) of the pairs meeting input-``i`` ``in_lin``
+        (sorted unique uint64)."""
         raise NotImplementedError(f"{self.name} stores payloads; use payload_pairs")
 
     def payload_pairs(self, shard: ShardData, out_lin: np.ndarray | None,

@@ -29,12 +29,14 @@ import numpy as np
 
 from encoders.base import ShardData, Table, check_deadline
 from encoders.csr import gather_index, interleave, offsets_from_lengths, uniq
+from encoders.fewcells import record_span
 from encoders.frontier import clip_range, member
 from encoders.varint import read_prefix_varint, varint_decode, varint_encode
 
 BUCKET_BITS = 8
 _LOW = np.uint64((1 << BUCKET_BITS) - 1)
 _BATCH = 8192  # runs per getmulti call (deadline checks in between)
+_FEW_RECORDS = 64  # up to this many records are sliced one by one, not gathered
 
 
 def ref_width(max_ref: int) -> int:
@@ -69,7 +71,7 @@ def read_records(heap: np.ndarray, refs: np.ndarray) -> tuple[np.ndarray, np.nda
         return np.empty(0, dtype=np.uint8), np.zeros(1, dtype=np.int64)
     if len(refs) <= _FEW_RECORDS:  # a few (maybe long) records: one slice each
         view = memoryview(heap)
-        parts = [heap[a:a + n] for a, n in map(lambda r: _prefix(view, r), refs.tolist())]
+        parts = [heap[a:a + n] for a, n in (record_span(view, r) for r in refs.tolist())]
         lens = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
         return np.concatenate(parts), offsets_from_lengths(lens)
     n, plen = read_prefix_varint(heap, refs)
@@ -77,28 +79,17 @@ def read_records(heap: np.ndarray, refs: np.ndarray) -> tuple[np.ndarray, np.nda
     return heap[gather_index(refs + plen, lens)], offsets_from_lengths(lens)
 
 
-_FEW_RECORDS = 64
 
-
-def _prefix(view: memoryview, ref: int) -> tuple[int, int]:
-    """``(start, length)`` of the record at ``ref`` (after its varint length prefix)."""
-    n, shift = 0, 0
-    while True:
-        x = view[ref]
-        ref += 1
-        n |= (x & 0x7F) << shift
-        if x < 0x80:
-            return ref, n
-        shift += 7
-
-
-def record_tokens(body: np.ndarray, offsets: np.ndarray
+def record_tokens(body: np.ndarray, offsets: np.ndarray, whole: bool = False
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Varint tokens of records decoded together: ``(tokens, token offsets, token ends)``,
-    where ``ends`` is each token's last byte (records never run into each other)."""
-    stops = np.zeros(len(body), dtype=bool)
-    nz = np.diff(offsets) > 0
-    stops[offsets[1:][nz] - 1] = True
+    where ``ends`` is each token's last byte (records never run into each other).
+    ``whole``: every record is whole varints (FullOne's), so each ends a token anyway."""
+    stops = None
+    if not whole:
+        stops = np.zeros(len(body), dtype=bool)
+        nz = np.diff(offsets) > 0
+        stops[offsets[1:][nz] - 1] = True
     tok, ends = varint_decode(body, stops)
     toff = np.searchsorted(ends, offsets, side="left")
     return tok, toff.astype(np.int64), ends

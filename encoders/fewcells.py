@@ -99,20 +99,24 @@ def lookup(shard: ShardData, table: str, q: Sequence[int]) -> list[tuple[int, in
     return out
 
 
-def read_record(heap: memoryview, ref: int) -> bytes | None:
-    """The record at byte offset ``ref`` of a heap (varint length prefix, then the
-    record); None when it is longer than :data:`MAX_RECORD`."""
-    head = heap[ref:ref + 10]
-    n, shift, k = 0, 0, 0
-    for k, x in enumerate(head):
+def record_span(heap: memoryview, ref: int) -> tuple[int, int]:
+    """``(start, length)`` of the record at byte offset ``ref`` of a heap (after its
+    varint length prefix)."""
+    n, shift = 0, 0
+    while True:
+        x = heap[ref]
+        ref += 1
         n |= (x & 0x7F) << shift
         if x < 0x80:
-            break
+            return ref, n
         shift += 7
-    if n > MAX_RECORD:
-        return None
-    start = ref + k + 1
-    return bytes(heap[start:start + n])
+
+
+def read_record(heap: memoryview, ref: int) -> bytes | None:
+    """The record at byte offset ``ref`` of a heap; None when it is longer than
+    :data:`MAX_RECORD`."""
+    start, n = record_span(heap, ref)
+    return None if n > MAX_RECORD else bytes(heap[start:start + n])
 
 
 def decode_set(tok: Sequence[int], p: int, shape: Sequence[int]
@@ -154,6 +158,9 @@ def skip_set(tok: Sequence[int], p: int, ndim: int) -> int:
     return p + (1 + 2 * ndim if (hdr & 3) >= BOX else 1 + (hdr >> 2))
 
 
+_ONE = 1 << 2  # the header of a one-cell absolute list (codec.LIST)
+
+
 class _TooMany(Exception):
     """The answer outgrows the plain-Python path."""
 
@@ -162,34 +169,54 @@ def union(shard: ShardData, heap_name: str, found: list[tuple[int, int]], set_in
           shapes: Sequence[Sequence[int]]) -> np.ndarray | None:
     """Union of set ``set_index`` of the records of ``found`` (``(key cell, ref)``, relative
     sets anchored at their key cell) as sorted unique uint64; None when a record or the
-    answer is too large for plain Python (use the vectorized path)."""
+    answer is too large for plain Python (use the vectorized path).
+
+    Records hold one set per shape, one after the other; the distinct records are read,
+    joined and decoded in one pass.
+    """
     if not found:
         return np.empty(0, dtype=np.uint64)
     heap = memoryview(shard.blob(heap_name))
+    refs = list(dict.fromkeys([r for _, r in found]))
+    parts = []
+    for ref in refs:
+        n = heap[ref]
+        start = ref + 1
+        if n >= 0x80:
+            start, n = record_span(heap, ref)
+        if n > MAX_RECORD:
+            return None
+        parts.append(heap[start:start + n])
+    tok = varints(b"".join(parts))
     decoded: dict[int, tuple[list[int], bool]] = {}
-    out: set[int] = set()
-    total = 0
+    before = [len(shp) for shp in shapes[:set_index]]
+    after = [len(shp) for shp in shapes[set_index + 1:]]
+    shape = shapes[set_index]
+    p = 0
     try:
-        for cell, ref in found:
-            got = decoded.get(ref)
-            if got is None:
-                body = read_record(heap, ref)
-                if body is None:
-                    return None
-                tok = varints(body)
-                p = 0
-                for s in range(set_index):
-                    p = skip_set(tok, p, len(shapes[s]))
-                cells, rel, _ = decode_set(tok, p, shapes[set_index])
-                got = decoded[ref] = (cells, rel)
-            cells, rel = got
-            total += len(cells)
-            if total > MAX_CELLS:
-                return None
-            if rel:
-                out.update([cell + c for c in cells])
+        for ref in refs:
+            for nd in before:
+                p = skip_set(tok, p, nd)
+            hdr = tok[p]
+            if hdr == _ONE:  # one absolute cell (the commonest set): inline
+                decoded[ref] = ([tok[p + 1]], False)
+                p += 2
             else:
-                out.update(cells)
+                cells, rel, p = decode_set(tok, p, shape)
+                decoded[ref] = (cells, rel)
+            for nd in after:
+                p = skip_set(tok, p, nd)
     except _TooMany:
         return None
+    out: set[int] = set()
+    total = 0
+    for cell, ref in found:
+        cells, rel = decoded[ref]
+        total += len(cells)
+        if total > MAX_CELLS:
+            return None
+        if rel:
+            out.update([cell + c for c in cells])
+        else:
+            out.update(cells)
     return np.array(sorted(out), dtype=np.uint64)

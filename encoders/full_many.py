@@ -51,7 +51,7 @@ from encoders.csr import (
     union_by_owner,
     uniq,
 )
-from encoders.frontier import Members, as_query, lin_range_box, touches
+from encoders.frontier import Members, lin_range_box, touches
 from encoders.hashing import dedup_rows
 from encoders.pairs import lineage_pairs
 from encoders.varint import varint_encode
@@ -270,11 +270,11 @@ class FullMany(Encoding):
 
     def backward(self, shard: ShardData, out_lin: np.ndarray, i: int,
                  deadline: float | None = None) -> np.ndarray:
-        return self._query(shard, as_query(out_lin), -1, i, deadline)
+        return self._query(shard, out_lin, -1, i, deadline)
 
     def forward(self, shard: ShardData, in_lin: np.ndarray, i: int,
                 deadline: float | None = None) -> np.ndarray:
-        return self._query(shard, as_query(in_lin), i, -1, deadline)
+        return self._query(shard, in_lin, i, -1, deadline)
 
     def estimate(self, pairs: int, out_cells: int, fanin: float, payload_bytes: float = 0.0,
                  n_inputs: int = 1) -> Estimate:

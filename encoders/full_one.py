@@ -34,7 +34,7 @@ from encoders.csr import (
     uniq,
     uniq_inverse,
 )
-from encoders.frontier import as_query, lin_range_box, member, touches
+from encoders.frontier import lin_range_box, member, touches
 from encoders.hashing import dedup_rows, finish_hash, poly_hash
 from encoders.pairs import KeyGroups, group_keys, lineage_pairs
 from encoders.varint import varint_encode
@@ -125,7 +125,7 @@ def decode_set(shard: ShardData, refs: np.ndarray, set_index: int,
     """
     uref, inv, _ = uniq_inverse(refs)
     body, boff = cellindex.read_records(shard.blob(HEAP), uref)
-    tok, toff, _ = cellindex.record_tokens(body, boff)
+    tok, toff, _ = cellindex.record_tokens(body, boff, whole=True)
     pos = toff[:-1]
     for s in range(set_index):
         pos = pos + set_token_count(tok, pos, len(shapes[s]))
@@ -250,7 +250,7 @@ class FullOne(Encoding):
                  deadline: float | None = None, into: np.ndarray | None = None
                  ) -> np.ndarray | None:
         """As :meth:`Encoding.backward`; ``into`` as in :func:`union_for_keys`."""
-        q = as_query(out_lin)
+        q = out_lin  # sorted unique uint64: the reader normalizes it
         m = shard.meta
         if self.direction is Direction.BACKWARD:
             return self._lookup(shard, "k", m["out_shape"], q, i, m["in_shapes"], deadline,
@@ -261,7 +261,7 @@ class FullOne(Encoding):
                 deadline: float | None = None, into: np.ndarray | None = None
                 ) -> np.ndarray | None:
         """As :meth:`Encoding.forward`; ``into`` as in :func:`union_for_keys`."""
-        q = as_query(in_lin)
+        q = in_lin  # sorted unique uint64: the reader normalizes it
         m = shard.meta
         if self.direction is Direction.FORWARD:
             return self._lookup(shard, f"k{i}", m["in_shapes"][i], q, 0, [m["out_shape"]],

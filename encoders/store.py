@@ -284,6 +284,7 @@ class LmdbShard(ShardData):
         self._btxn = None   # bytes values: entry tables (opened on first use)
         self._dbs: dict[str, Any] = {}
         self._rtrees: dict[str, Any] = {}
+        self._cursors: dict[str, Any] = {}
         if (self.path / DATA).exists():
             names = list(meta.get("lmdb", {}))
             self._env = lmdb.open(str(self.path), readonly=True, lock=False, subdir=True,
@@ -321,7 +322,9 @@ class LmdbShard(ShardData):
         if not self.has_table(table):
             return b""
         w = int(self.meta.get("item_bytes", {}).get(table, 1))
-        cur = self._txn.cursor(self._db(table))
+        cur = self._cursors.get(table)
+        if cur is None:  # one per table for the reader's life (its transaction's too)
+            cur = self._cursors[table] = self._txn.cursor(self._db(table))
         return bytes(cur.getmulti([int(key).to_bytes(8, "big")], dupdata=True,
                                   dupfixed_bytes=w, keyfixed=True))
 
@@ -390,6 +393,9 @@ class LmdbShard(ShardData):
             if t is not None:
                 t.close()
         self._rtrees.clear()
+        for c in self._cursors.values():
+            c.close()
+        self._cursors.clear()
         for t in (self._btxn, self._txn):
             if t is not None:
                 t.abort()

@@ -78,20 +78,18 @@ def varint_decode(buf: np.ndarray, stops: np.ndarray | None = None
     ends = np.flatnonzero(end)
     if len(ends) == len(buf):  # one byte per value
         return (buf & 0x7F).astype(np.uint64), ends
-    starts = np.empty(len(ends), dtype=np.int64)
-    starts[0] = 0
-    starts[1:] = ends[:-1] + 1
-    low = buf & np.uint8(0x7F)
-    vals = low[starts].astype(np.uint64)
-    # one pass per further byte position, over the tokens that long only (most are short)
-    idx = np.flatnonzero(ends > starts)
-    k = 1
-    while len(idx) and k < 10:
-        at = starts[idx] + k
-        vals[idx] |= low[at].astype(np.uint64) << U64(7 * k)
-        idx = idx[ends[idx] > at]
-        k += 1
-    return vals, ends
+    # combine in place at each multi-byte token's last byte (its highest 7 bits), walking
+    # back one byte at a time over the tokens that long only (most are one or two bytes):
+    # a byte that ends no token belongs to the token after it
+    vb = (buf & np.uint8(0x7F)).astype(np.uint64)
+    at = np.flatnonzero(end[1:] & ~end[:-1]) + 1
+    back = at - 1
+    while len(at):
+        vb[at] = (vb[at] << U64(7)) | vb[back]
+        back = back - 1
+        keep = ~end[back]  # back may reach -1: end[-1] is True
+        at, back = at[keep], back[keep]
+    return vb[ends], ends
 
 
 def read_prefix_varint(buf: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

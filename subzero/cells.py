@@ -379,10 +379,19 @@ class Frontier:
                      & (c < np.asarray(box.hi, dtype=np.int64))).all(axis=1).any())
 
     def union(self, other: "Frontier") -> "Frontier":
-        if self._mask is None and other._mask is None \
-                and self.n + other.n <= self.size // self.SPARSE_FRACTION:
-            return Frontier(self.shape, lin=unique(np.concatenate([self._lin, other._lin])))
-        return Frontier(self.shape, mask=self.mask | other.mask)
+        for x, y in ((self, other), (other, self)):
+            if x._n == 0:  # nothing to add (counts known for free only)
+                return y
+        a, b = (self, other) if self._mask is not None else (other, self)
+        if a._mask is None:  # both sparse
+            if a.n + b.n <= self.size // self.SPARSE_FRACTION:
+                return Frontier(self.shape, lin=unique(np.concatenate([a._lin, b._lin])))
+            return Frontier(self.shape, mask=a.mask | b.mask)
+        if b._mask is not None:
+            return Frontier(self.shape, mask=a._mask | b._mask)
+        mask = a._mask.copy()  # a mask and a few cells: set them in a copy
+        mask.reshape(-1)[b._lin.astype(np.intp)] = True
+        return Frontier(self.shape, mask=mask)
 
 
 def start_frontier(shape: Sequence[int], cells: Any = None) -> Frontier:
@@ -393,7 +402,9 @@ def start_frontier(shape: Sequence[int], cells: Any = None) -> Frontier:
         return Frontier(shape, mask=cells)
     if cells is None:
         return Frontier(shape, lin=np.empty(0, dtype=np.uint64))
-    return Frontier(shape, lin=unique(as_linear(cells, shape)))
+    lin = as_linear(cells, shape)
+    # a box's cells come sorted and distinct (C order); other forms may not
+    return Frontier(shape, lin=lin if isinstance(cells, Box) else unique(lin))
 
 
 def any_over(mask: np.ndarray, axes: Sequence[int], keepdims: bool = True) -> np.ndarray:
@@ -415,13 +426,17 @@ def any_over(mask: np.ndarray, axes: Sequence[int], keepdims: bool = True) -> np
     if not r or r == nd or axes != tuple(range(nd - r, nd)) or line > 64 \
             or size_of(kept) < 64:
         return m.any(axis=axes, keepdims=keepdims)
-    n, words = size_of(kept), (line + 7) // 8
-    buf = np.zeros((n, 8 * words), dtype=np.uint8)
-    buf[:, :line] = m.reshape(n, line).view(np.uint8)
-    w = buf.view(np.uint64)
-    out = w[:, 0] != 0
-    for k in range(1, words):
-        out |= w[:, k] != 0
+    n = size_of(kept)
+    flat = np.ascontiguousarray(m).reshape(-1).view(np.uint8)
+    out = np.zeros(n, dtype=bool)
+    at = 0
+    # each line read as whole words in place (unaligned strided views, no copy): 8-byte
+    # words while they fit, then 4, 2 and 1 byte for the rest of the line
+    for width, dt in ((8, np.uint64), (4, np.uint32), (2, np.uint16), (1, np.uint8)):
+        while line - at >= width:
+            col = np.ndarray((n,), dtype=dt, buffer=flat, offset=at, strides=(line,))
+            out |= col != 0
+            at += width
     return out.reshape(kept + (1,) * r if keepdims else kept)
 
 

@@ -37,6 +37,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from encoders.base import LookupTimeout
 from subzero.catalog import Catalog
 from subzero.cells import Box, Frontier, as_linear, size_of, start_frontier, to_coords, unique
 from subzero.errors import CellError, QueryError
@@ -262,6 +263,7 @@ class QueryExecutor:
         self._methods: dict[str, list[tuple[str, Strategy | None]]] = {}
         self._between: dict[tuple[str, str, str], set[str]] = {}
         self._facts: dict[tuple[str, int, bool], list[tuple]] = {}
+        self._row_readers: dict[str, Any] = {}  # shard path in the home -> its reader
         self._open: set[tuple[str, str]] = set()  # (op, strategy) whose shards are open
         self._home = str(run.home)
 
@@ -581,19 +583,21 @@ class QueryExecutor:
         return n
 
     def _reader(self, row: dict[str, Any]) -> Any:
+        reader = self._row_readers.get(row["path"])
+        if reader is not None:
+            return reader
         key = os.path.join(self._home, row["path"])  # the home is already absolute
         reader = _READERS.get(key)
         if reader is None:
             from encoders.lookup import open_shard
 
             reader = _READERS[key] = open_shard(key)
+        self._row_readers[row["path"]] = reader
         return reader
 
     def _stored(self, op: Any, i: int, backward: bool, f: Frontier, s: Strategy,
                 deadline: float | None) -> Frontier | None:
         """Answer from stored lineage; None if ``deadline`` passed (switch to reexec)."""
-        from encoders.lookup import LookupTimeout
-
         rows = self.shards[(op.name, s.name)]
         try:
             if s.mode is Mode.FULL:

@@ -122,3 +122,24 @@ def test_any_over_is_numpy_any(data):
         want = m.any(axis=tuple(axes), keepdims=keep)
         got = any_over(m, axes, keepdims=keep)
         assert got.shape == want.shape and (got == want).all()
+
+
+def test_frontier_keeps_sparse_and_dense_forms_consistent():
+    from subzero.cells import Frontier, start_frontier
+
+    shape = (40, 50)
+    rng = np.random.default_rng(3)
+    for n_a, n_b in ((3, 4), (3, 900), (900, 1500)):
+        a = np.unique(rng.integers(0, 2000, n_a)).astype(np.uint64)
+        b = np.unique(rng.integers(0, 2000, n_b)).astype(np.uint64)
+        want = np.union1d(a, b)
+        forms = [lambda x: Frontier(shape, lin=x),
+                 lambda x: Frontier(shape, mask=Frontier(shape, lin=x).mask.copy())]
+        for fa in forms:
+            for fb in forms:
+                u = fa(a).union(fb(b))
+                assert u.n == len(want) and (u.lin == want).all()
+                assert np.flatnonzero(u.mask).tolist() == want.tolist()
+    f = start_frontier(shape, [(1, 2), (1, 2), (0, 5)])
+    assert f.lin.tolist() == [5, 52] and f.meets(Box((1, 0), (2, 3)))
+    assert not f.meets(Box((2, 0), (40, 50)))
