@@ -34,6 +34,20 @@ def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, list[float], Any]:
     return statistics.median(times), times, res
 
 
+def warm(fn: Callable[[], Any], calls: int = 3, budget_s: float = 0.1) -> float:
+    """Call ``fn`` until it ran ``calls`` times or for ``budget_s`` seconds (at least once:
+    a slow call is warm after one run, a sub-millisecond one needs a few to reach steady
+    state); returns the first call's time (the cold latency, reported beside the medians)."""
+    t0 = time.perf_counter()
+    fn()
+    first = time.perf_counter() - t0
+    for _ in range(calls - 1):
+        if time.perf_counter() - t0 >= budget_s:
+            break
+        fn()
+    return first
+
+
 def machine() -> dict[str, Any]:
     return {"python": platform.python_version(), "cpus": os.cpu_count(),
             "platform": platform.platform()}

@@ -233,6 +233,65 @@ def decode_sets(tokens: np.ndarray, pos: np.ndarray, shape: Sequence[int]
     return out, out_off, relative, nxt
 
 
+def scatter_lists(body: np.ndarray, offsets: np.ndarray, into: np.ndarray) -> bool:
+    """Set the cells of records that are each one absolute, non-empty delta list (FullOne's
+    forward records, for one) True in the flat bool array ``into``, straight from their
+    varint bytes ``body`` (CSR ``offsets``); False, touching nothing, for any other records.
+
+    Decoding to sorted cells first costs a gather per token and a sort; here the running
+    sum goes over the bytes: a token's value sits at its last byte, the other bytes add
+    nothing and so repeat a cell already set, and each record's header byte restarts the sum
+    at the record's first cell.
+    """
+    n = len(offsets) - 1
+    if n == 0 or len(body) == 0:
+        return n == 0
+    starts = offsets[:-1].tolist()
+    b = memoryview(np.ascontiguousarray(body, dtype=np.uint8))
+    hdr_end, first_end, first_val = [], [], []
+    stops = offsets[1:].tolist()
+    for r in range(n):  # headers and first values: two short varints per record
+        j, vals = starts[r], []
+        for _ in range(2):
+            v, shift = 0, 0
+            while j < stops[r]:
+                x = b[j]
+                v |= (x & 0x7F) << shift
+                if x < 0x80:
+                    break
+                j += 1
+                shift += 7
+            else:
+                return False  # the record ends first
+            vals.append((v, j))
+            j += 1
+            if vals[0][0] & 3 != LIST or vals[0][0] >> 2 == 0:
+                return False  # not an absolute, non-empty list
+        (hdr, h_end), (first, f_end) = vals
+        hdr_end.append(h_end)
+        first_end.append(f_end)
+        first_val.append(first)
+    end = body < 0x80
+    vb = (body & np.uint8(0x7F)).astype(np.uint64)
+    at = np.flatnonzero(end[1:] & ~end[:-1]) + 1
+    back = at - 1
+    while len(at):  # multi-byte tokens: combine their bytes at the last one
+        vb[at] = (vb[at] << U64(7)) | vb[back]
+        back = back - 1
+        keep = ~end[back]
+        at, back = at[keep], back[keep]
+    y = np.where(end, vb + U64(1), U64(0))  # a gap token adds gap + 1
+    he = np.asarray(hdr_end, dtype=np.int64)
+    fv = np.asarray(first_val, dtype=np.uint64)
+    y[np.asarray(first_end, dtype=np.int64)] = 0
+    y[he] = fv
+    cs = np.cumsum(y[he[0]:], dtype=np.uint64)
+    seg = np.diff(np.append(he, len(body)))  # a record's bytes from its header's end
+    base = cs[he - he[0]] - fv  # the sum before the record
+    into[(cs - np.repeat(base, seg)).astype(np.intp)] = True
+    return True
+
+
 def _back_to_back(pos: np.ndarray, cnt: np.ndarray, n_tokens: int) -> bool:
     """Whether list sets with headers at ``pos`` and ``cnt`` cells each are the whole
     token stream, one after the other."""

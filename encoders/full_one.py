@@ -25,7 +25,8 @@ import numpy as np
 
 from encoders import cellindex, fewcells
 from encoders.base import EncodedShard, Encoding, Estimate, ShardData, check_deadline
-from encoders.codec import add_anchors, decode_sets, set_token_count, set_tokens
+from encoders.codec import (add_anchors, decode_sets, scatter_lists, set_token_count,
+                            set_tokens)
 from encoders.csr import (
     interleave,
     offsets_from_lengths,
@@ -44,6 +45,7 @@ from subzero.runtime import PairBatch, ShardSpec
 
 HEAP = "heap"
 SPILL = 16  # answers over 1/SPILL of their array go into a caller's mask (``into``)
+SCATTER_RECORDS = 256  # up to this many records may be scattered from their bytes
 SAMPLE = 1 << 16  # keys hashed to choose absolute or relative sets
 
 
@@ -143,6 +145,12 @@ def union_for_keys(shard: ShardData, cells: np.ndarray, refs: np.ndarray, set_in
     """
     if len(cells) == 0:
         return np.empty(0, dtype=np.uint64)
+    if into is not None and len(shapes) == 1 and len(refs) <= SCATTER_RECORDS:
+        # one set per record: large absolute lists go straight from bytes to the mask
+        uref = uniq(refs)
+        body, boff = cellindex.read_records(shard.blob(HEAP), uref)
+        if len(body) * SPILL > len(into) and scatter_lists(body, boff, into):
+            return None
     vals, offs, rel, inv = decode_set(shard, refs, set_index, shapes)
     if rel.any():
         vals, offs = take_rows(vals, offs, inv)

@@ -64,6 +64,7 @@ def read_payload(b: PairBatch | None) -> dict[int, set[bytes]]:
 def check_full_lookups(reader, pairs, q, in_shapes, data) -> None:
     """Backward from output cells ``q`` and forward from drawn input cells, per input, agree
     with the brute-force model of ``pairs`` (sorted distinct uint64 answers)."""
+    out_shape = reader.out_shape
     for i, s in enumerate(in_shapes):
         qi = data.draw(queries(tuple(s)))
         want_b, want_f = brute_backward(pairs, q, i), brute_forward(pairs, qi, i)
@@ -78,6 +79,16 @@ def check_full_lookups(reader, pairs, q, in_shapes, data) -> None:
                 got = reader.forward(qi, i)
                 assert got.dtype == np.uint64 and (np.diff(got) > 0).all()
                 assert set(got.tolist()) == want_f
+                # into a caller's mask: large answers are set there, small ones returned
+                for look, qq, size, want in (
+                        (reader.backward, q, int(np.prod(s)), want_b),
+                        (reader.forward, qi, int(np.prod(out_shape)), want_f)):
+                    into = np.zeros(size, dtype=bool)
+                    got = look(qq, i, into=into)
+                    if got is None:
+                        assert set(np.flatnonzero(into).tolist()) == want
+                    else:
+                        assert not into.any() and set(got.tolist()) == want
 
 
 class EncodingConformance:
