@@ -34,7 +34,7 @@ def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, list[float], Any]:
     return statistics.median(times), times, res
 
 
-def warm(fn: Callable[[], Any], calls: int = 3, budget_s: float = 0.1) -> float:
+def warm(fn: Callable[[], Any], calls: int = 10, budget_s: float = 0.1) -> float:
     """Call ``fn`` until it ran ``calls`` times or for ``budget_s`` seconds (at least once:
     a slow call is warm after one run, a sub-millisecond one needs a few to reach steady
     state); returns the first call's time (the cold latency, reported beside the medians)."""

@@ -26,7 +26,7 @@ from encoders.base import ShardData
 from encoders.codec import BOX, LIST_REL, BOX_REL
 
 FEW_CELLS = 64     # query cells up to which lookups run in plain Python
-MAX_CELLS = 4096   # answer cells (before deduplication) up to which they do
+MAX_CELLS = 4096   # decoded cells (absolute sets once, relative ones per key) up to which they do
 MAX_RECORD = 1024  # record bytes up to which a record is decoded in plain Python
 _RUN = 8           # cellindex.BUCKET_BITS: a key cell k lives in run k >> 8
 
@@ -209,14 +209,24 @@ def union(shard: ShardData, heap_name: str, found: list[tuple[int, int]], set_in
     except _TooMany:
         return None
     out: set[int] = set()
-    total = 0
-    for cell, ref in found:
-        cells, rel = decoded[ref]
-        total += len(cells)
-        if total > MAX_CELLS:
-            return None
+    total, relative = 0, False
+    for cells, rel in decoded.values():  # absolute sets: once per record
         if rel:
-            out.update([cell + c for c in cells])
+            relative = True
         else:
+            total += len(cells)
             out.update(cells)
+    if relative:  # relative sets: once per key cell
+        for cell, ref in found:
+            cells, rel = decoded[ref]
+            if rel:
+                total += len(cells)
+                if total > MAX_CELLS:
+                    return None
+                if len(cells) == 1:
+                    out.add(cell + cells[0])
+                else:
+                    out.update([cell + c for c in cells])
+    if total > MAX_CELLS:
+        return None
     return np.array(sorted(out), dtype=np.uint64)
