@@ -56,6 +56,7 @@ REEXEC_KEY = "reexec"
 # One reader per shard for the whole process: LMDB refuses to open an environment twice in
 # one process, and a finished run's shards never change, so executors share them.
 _READERS: dict[str, Any] = {}
+_OPENED = [0]  # readers opened so far (unopened-shard counts are redone when it grows)
 
 
 @dataclass
@@ -264,7 +265,8 @@ class QueryExecutor:
         self._between: dict[tuple[str, str, str], set[str]] = {}
         self._facts: dict[tuple[str, int, bool], list[tuple]] = {}
         self._row_readers: dict[str, Any] = {}  # shard path in the home -> its reader
-        self._open: set[tuple[str, str]] = set()  # (op, strategy) whose shards are open
+        # (op, strategy) -> (shards not open, _OPENED when counted)
+        self._unopened_n: dict[tuple[str, str], tuple[int, int]] = {}
         self._home = str(run.home)
 
     def close(self) -> None:
@@ -513,33 +515,35 @@ class QueryExecutor:
             return ("reexec", None), None
         c = self.costs
         n_in = f.n
-        est: dict[tuple[str, Any], float] = {}
-        for option, fixed, args in self._option_facts(op, i, backward, options):
+        facts = self._option_facts(op, i, backward, options)
+        costs = []  # per map or stored option, in the order of ``facts``
+        for option, fixed, args in facts:
             if args is None:  # a mapping function
-                est[option] = fixed
+                costs.append(fixed)
             else:
-                est[option] = (fixed + c.stored_cost(args[0], args[1], not backward, n_in,
-                                                     *args[2:])
-                               + c.shard_open * self._unopened(op.name, option[1].name))
+                costs.append(fixed + c.stored_cost(args[0], args[1], not backward, n_in,
+                                                   *args[2:])
+                             + c.shard_open * self._unopened(op.name, option[1].name))
+        best = min(range(len(costs)), key=costs.__getitem__) if costs else None
         if method != "auto":
-            forced = [o for o in options if o[0] == method]
+            forced = [k for k, fact in enumerate(facts) if fact[0][0] == method]
             if forced:  # no re-execution fallback for a forced method
-                return min(forced, key=lambda o: est[o]), None
+                return facts[min(forced, key=costs.__getitem__)][0], None
         auto = method == "auto"  # (a forced method the operator lacks falls back here)
-        cheap = [o for o in options if o in est]
         floor = c.reexec_fixed_driver  # no re-execution costs less
-        if cheap and est[min(cheap, key=lambda o: est[o])] < floor:
+        if best is not None and costs[best] < floor:
             # certainly cheaper than re-executing: skip finding the tiles it would run
-            return min(cheap, key=lambda o: est[o]), floor if auto else None
+            return facts[best][0], floor if auto else None
         tiles, cells = self._tiles(op, i, backward, f.mask)
         on_spark = self._use_spark(cells, len(tiles), op)
         if not on_spark and self._observed(op.name) is not None:
-            est[("reexec", None)] = self._driver_estimate(op, cells)
+            reexec = self._driver_estimate(op, cells)
         else:
-            est[("reexec", None)] = c.reexec_cost(
-                self._stats(op.name).get("runtime_nolineage_s"), size_of(op.out_shape), cells,
-                len(tiles), on_spark)
-        return min(options, key=lambda o: est[o]), est[("reexec", None)] if auto else None
+            reexec = c.reexec_cost(self._stats(op.name).get("runtime_nolineage_s"),
+                                   size_of(op.out_shape), cells, len(tiles), on_spark)
+        if best is not None and costs[best] <= reexec:
+            return facts[best][0], reexec if auto else None
+        return ("reexec", None), reexec if auto else None
 
     def _option_facts(self, op: Any, i: int, backward: bool,
                       options: list[tuple[str, Strategy | None]]) -> list[tuple]:
@@ -573,13 +577,14 @@ class QueryExecutor:
 
     # -- stored lineage --------------------------------------------------------------------
     def _unopened(self, op_name: str, strategy: str) -> int:
-        """Shards of the strategy this process has not opened yet (readers stay open)."""
-        if (op_name, strategy) in self._open:
-            return 0
-        n = sum(os.path.join(self._home, row["path"]) not in _READERS
-                for row in self.shards.get((op_name, strategy), ()))
-        if n == 0:
-            self._open.add((op_name, strategy))
+        """Shards of the strategy this process has not opened yet (readers stay open;
+        counted again only after some reader was opened)."""
+        key = (op_name, strategy)
+        n, stamp = self._unopened_n.get(key, (None, None))
+        if n is None or (n and stamp != _OPENED[0]):
+            n = sum(os.path.join(self._home, row["path"]) not in _READERS
+                    for row in self.shards.get(key, ()))
+            self._unopened_n[key] = (n, _OPENED[0])
         return n
 
     def _reader(self, row: dict[str, Any]) -> Any:
@@ -592,6 +597,7 @@ class QueryExecutor:
             from encoders.lookup import open_shard
 
             reader = _READERS[key] = open_shard(key)
+            _OPENED[0] += 1
         self._row_readers[row["path"]] = reader
         return reader
 
