@@ -133,12 +133,14 @@ def _write_log(db: sqlite3.Connection, rows: list[tuple]) -> None:
 @atexit.register
 def _flush_all_query_logs() -> None:
     """At exit: write every catalog's pending query-log rows (best effort: a catalog that
-    cannot be written any more loses them, with a warning)."""
+    cannot be written any more loses them, with a warning; a removed one, silently)."""
     with _LOG_LOCK:
         pending = dict(_PENDING_LOG)
         _PENDING_LOG.clear()
         _PENDING_SINCE.clear()
     for path, rows in pending.items():
+        if not os.path.exists(path):
+            continue  # the home was removed (a temporary one): nothing to log into
         try:
             db = sqlite3.connect(path, timeout=30.0, isolation_level=None)
             try:
