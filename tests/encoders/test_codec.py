@@ -37,15 +37,21 @@ def test_relative_sets_of_translated_boxes_are_identical():
     assert rows[0] == rows[1] != rows[2]
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.data(), shapes, st.booleans())
-def test_sets_round_trip_absolute_and_relative(data, shape, relative):
-    rows = data.draw(st.lists(cell_sets(shape), min_size=1, max_size=8))
+def drawn_sets(data, shape, relative, max_sets=8):
+    """Random canonical cell sets, an anchor each, and their token streams."""
+    rows = data.draw(st.lists(cell_sets(shape), min_size=1, max_size=max_sets))
     r = Ragged.from_rows([np.unique(x) for x in rows])
     size = int(np.prod(shape))
     anchors = np.asarray(data.draw(st.lists(st.integers(0, size - 1), min_size=len(r),
                                             max_size=len(r))), dtype=np.uint64)
     tok, off = set_tokens(r.values, r.offsets, shape, anchors if relative else None)
+    return r, anchors, tok, off
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data(), shapes, st.booleans())
+def test_sets_round_trip_absolute_and_relative(data, shape, relative):
+    r, anchors, tok, off = drawn_sets(data, shape, relative)
     vals, offs, rel, nxt = decode_sets(tok, off[:-1], shape)
     assert (nxt == off[1:]).all() and rel.tolist() == [relative] * len(r)
     assert (offs == r.offsets).all()

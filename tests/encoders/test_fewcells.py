@@ -7,21 +7,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from encoders import cellindex, fewcells
-from encoders.codec import add_anchors, decode_sets, set_tokens
+from encoders.codec import add_anchors, decode_sets
 from encoders.varint import varint_encode
-from subzero.cells import Ragged
-from tests.encoders.strategies import cell_sets, shapes
+from tests.encoders.strategies import shapes
+from tests.encoders.test_codec import drawn_sets
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.data(), shapes, st.booleans())
 def test_sets_decode_like_the_vectorized_codec(data, shape, relative):
-    rows = data.draw(st.lists(cell_sets(shape), min_size=1, max_size=6))
-    r = Ragged.from_rows([np.unique(x) for x in rows])
-    size = int(np.prod(shape))
-    anchors = np.asarray(data.draw(st.lists(st.integers(0, size - 1), min_size=len(r),
-                                            max_size=len(r))), dtype=np.uint64)
-    tok, off = set_tokens(r.values, r.offsets, shape, anchors if relative else None)
+    r, anchors, tok, off = drawn_sets(data, shape, relative, max_sets=6)
     vals, offs, rel, _ = decode_sets(tok, off[:-1], shape)
     want = add_anchors(vals, offs, rel, anchors)
     b, _ = varint_encode(tok)

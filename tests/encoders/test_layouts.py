@@ -129,7 +129,7 @@ def test_lookup_reads_only_the_runs_it_needs(tmp_path, monkeypatch):
     monkeypatch.setattr(LmdbShard, "items", spy)
     monkeypatch.setattr(LmdbShard, "run_items", spy_run)
     with open_shard(st["path"]) as r:
-        few = r.backward(np.array([0, 1, 2, 300, 4095], np.uint64), 0)
+        r.backward(np.array([0, 1, 2, 300, 4095], np.uint64), 0)
         # a few cells (plain-Python path): one read per run
         assert runs == [0, 256, 3840] and asked == []
         many = np.r_[0:100, 300, 4095].astype(np.uint64)
