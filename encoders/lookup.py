@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -73,27 +73,24 @@ class ShardReader:
         sixteenth of it) is then set True there instead, which spares sorting it, and
         None is returned; a small one is returned as usual.
         """
-        if not self.full:
-            raise QueryError(f"shard {self.path} stores {self.strategy.name} lineage; "
-                             "use payload_pairs")
-        check_deadline(deadline)
-        q, i = as_query(out_lin), self._input(i)
-        if self._into:
-            return self.encoding.backward(self._data, q, i, deadline, into)
-        return _spill(self.encoding.backward(self._data, q, i, deadline), into)
+        return self._full(self.encoding.backward, out_lin, i, deadline, into)
 
     def forward(self, in_lin: np.ndarray, i: int, deadline: float | None = None,
                 into: np.ndarray | None = None) -> np.ndarray | None:
         """Output cells (sorted unique uint64) depending on input-``i`` cells ``in_lin``;
         ``into`` as in :meth:`backward`."""
+        return self._full(self.encoding.forward, in_lin, i, deadline, into)
+
+    def _full(self, look: Any, cells: np.ndarray, i: int, deadline: float | None,
+              into: np.ndarray | None) -> np.ndarray | None:
         if not self.full:
             raise QueryError(f"shard {self.path} stores {self.strategy.name} lineage; "
                              "use payload_pairs")
         check_deadline(deadline)
-        q, i = as_query(in_lin), self._input(i)
+        q, i = as_query(cells), self._input(i)
         if self._into:
-            return self.encoding.forward(self._data, q, i, deadline, into)
-        return _spill(self.encoding.forward(self._data, q, i, deadline), into)
+            return look(self._data, q, i, deadline, into)
+        return _spill(look(self._data, q, i, deadline), into)
 
     def payload_pairs(self, out_lin: np.ndarray | None, deadline: float | None = None
                       ) -> PairBatch | None:
