@@ -112,13 +112,6 @@ def record_span(heap: memoryview, ref: int) -> tuple[int, int]:
         shift += 7
 
 
-def read_record(heap: memoryview, ref: int) -> bytes | None:
-    """The record at byte offset ``ref`` of a heap; None when it is longer than
-    :data:`MAX_RECORD`."""
-    start, n = record_span(heap, ref)
-    return None if n > MAX_RECORD else bytes(heap[start:start + n])
-
-
 def decode_set(tok: Sequence[int], p: int, shape: Sequence[int]
                ) -> tuple[list[int], bool, int]:
     """The set whose header token is ``tok[p]`` (:mod:`encoders.codec`): ``(cells,
@@ -178,13 +171,16 @@ def union(shard: ShardData, heap_name: str, found: list[tuple[int, int]], set_in
         return np.empty(0, dtype=np.uint64)
     heap = memoryview(shard.blob(heap_name))
     refs = list(dict.fromkeys([r for _, r in found]))
-    parts = []
+    parts, size = [], 0
     for ref in refs:
         n = heap[ref]
         start = ref + 1
         if n >= 0x80:
             start, n = record_span(heap, ref)
-        if n > MAX_RECORD:
+        size += n
+        # a list cell takes a byte at least: more bytes than MAX_CELLS may mean too many
+        # cells to decode here, so the vectorized path decides before any is decoded
+        if n > MAX_RECORD or size > MAX_CELLS:
             return None
         parts.append(heap[start:start + n])
     tok = varints(b"".join(parts))
@@ -215,6 +211,8 @@ def union(shard: ShardData, heap_name: str, found: list[tuple[int, int]], set_in
             relative = True
         else:
             total += len(cells)
+            if total > MAX_CELLS:
+                return None
             out.update(cells)
     if relative:  # relative sets: once per key cell
         for cell, ref in found:

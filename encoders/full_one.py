@@ -235,6 +235,9 @@ class FullOne(Encoding):
                                     fewcells.touching(q.tolist(), space, key_shape))
             got = fewcells.union(shard, HEAP, found, set_index, shapes)
             if got is not None:
+                if into is not None and len(got) * SPILL > len(into):
+                    into[got.astype(np.intp)] = True  # as large answers always are
+                    return None
                 return got
             # long records: decode them vectorized (the keys are found already)
             cells = np.array([c for c, _ in found], dtype=np.uint64)

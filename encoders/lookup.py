@@ -17,6 +17,7 @@ A :class:`ShardReader` keeps its LMDB environment open (read-only, no locks) unt
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any, Iterable
@@ -50,6 +51,8 @@ class ShardReader:
         self.out_box = Box(tuple(lo), tuple(hi))
         self.out_shape = tuple(self.meta["out_shape"])
         self.in_shapes = tuple(tuple(s) for s in self.meta["in_shapes"])
+        self._out_size = math.prod(self.out_shape)
+        self._in_sizes = [math.prod(s) for s in self.in_shapes]
         self.encoding = encoding_class(self.meta["encoding"])(Direction(self.meta["direction"]))
         self._data = LmdbShard(self.path, self.meta)
         # FullOne decodes straight into a caller's mask (the others answer sorted cells)
@@ -88,6 +91,11 @@ class ShardReader:
                              "use payload_pairs")
         check_deadline(deadline)
         q, i = as_query(cells), self._input(i)
+        if into is not None:
+            size = self._in_sizes[i] if look == self.encoding.backward else self._out_size
+            if into.shape != (size,) or into.dtype != bool:
+                raise QueryError(f"into must be a flat bool array of {size} cells (the "
+                                 f"answer's array); got {into.dtype} {into.shape}")
         if self._into:
             return look(self._data, q, i, deadline, into)
         return _spill(look(self._data, q, i, deadline), into)

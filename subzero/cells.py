@@ -336,12 +336,13 @@ class Frontier:
         self._n = len(lin) if lin is not None else n
 
     @classmethod
-    def of(cls, f: Any) -> "Frontier":
-        """``f`` itself if a Frontier, else one over the bool mask ``f``."""
+    def of(cls, f: Any, n: int | None = None) -> "Frontier":
+        """``f`` itself if a Frontier, else one over the bool mask ``f`` (holding ``n``
+        cells, when known)."""
         if isinstance(f, Frontier):
             return f
         mask = np.asarray(f, dtype=bool)
-        return cls(mask.shape, mask=mask)
+        return cls(mask.shape, mask=mask, n=None if n is None else int(n))
 
     @property
     def n(self) -> int:

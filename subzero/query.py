@@ -461,9 +461,7 @@ class QueryExecutor:
         """Map frontier ``f`` (a bool mask or a :class:`~subzero.cells.Frontier`) through
         input ``i`` of ``op_name`` (backward: output -> input i; forward: input i ->
         output); returns the mask reached. ``n_in``: ``f``'s cell count, when known."""
-        front = Frontier.of(f)
-        if n_in is not None and front._n is None:
-            front._n = int(n_in)
+        front = Frontier.of(f, n_in)
         got, step = self._step(op_name, i, direction == "backward", front, method)
         return got.mask, step
 

@@ -61,7 +61,6 @@ def test_sets_round_trip_absolute_and_relative(data, shape, relative):
 @settings(max_examples=60, deadline=None)
 @given(st.data(), shapes, st.sampled_from(["lists", "relative", "boxes", "empty"]))
 def test_scatter_lists_sets_exactly_the_decoded_cells(data, shape, kind):
-    from encoders import cellindex
     from encoders.varint import varint_encode
 
     size = int(np.prod(shape))
@@ -85,4 +84,3 @@ def test_scatter_lists_sets_exactly_the_decoded_cells(data, shape, kind):
         assert np.flatnonzero(into).tolist() == np.unique(r.values).tolist()
     else:
         assert not into.any()  # left untouched for the general path
-    assert cellindex  # (records as FullOne stores them: whole varints, back to back)

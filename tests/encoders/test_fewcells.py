@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from encoders import cellindex, fewcells
+from encoders import cellindex, codec, fewcells
 from encoders.codec import add_anchors, decode_sets
 from encoders.varint import varint_encode
 from tests.encoders.strategies import shapes
@@ -31,14 +31,39 @@ def test_sets_decode_like_the_vectorized_codec(data, shape, relative):
         assert fewcells.skip_set(stream, off[k], len(shape)) == off[k + 1]
 
 
-def test_records_are_read_up_to_the_size_limit():
-    small, big = bytes(range(5)), bytes(fewcells.MAX_RECORD + 1)
-    lens = np.array([len(small), len(big)], dtype=np.int64)
-    heap, refs = cellindex.build_heap(np.frombuffer(small + big, np.uint8),
-                                      np.r_[0, np.cumsum(lens)])
-    view = memoryview(heap)
-    assert fewcells.read_record(view, int(refs[0])) == small
-    assert fewcells.read_record(view, int(refs[1])) is None  # the vectorized path reads it
+class _Heap:
+    """A shard with only a record heap (all :func:`fewcells.union` reads)."""
+
+    def __init__(self, records: list[bytes]) -> None:
+        lens = np.array([len(r) for r in records], dtype=np.int64)
+        self.heap, self.refs = cellindex.build_heap(
+            np.frombuffer(b"".join(records), np.uint8), np.r_[0, np.cumsum(lens)])
+
+    def blob(self, name: str) -> np.ndarray:
+        return self.heap
+
+
+def _list_record(cells: list[int]) -> bytes:
+    """One absolute delta list, as FullOne stores a forward record."""
+    tok = [(len(cells) << 2) | codec.LIST, cells[0]] + [b - a - 1 for a, b in
+                                                         zip(cells, cells[1:])]
+    return varint_encode(np.array(tok, dtype=np.uint64))[0].tobytes()
+
+
+def test_union_declines_what_is_too_large_for_plain_python(monkeypatch):
+    short, long_ = _list_record([3, 5, 9]), _list_record(list(range(0, 4000, 2)))
+    h = _Heap([short, long_])
+    assert fewcells.record_span(memoryview(h.heap), int(h.refs[1]))[1] == len(long_)
+    small = [(0, int(h.refs[0]))]
+    assert fewcells.union(h, "heap", small, 0, [(10_000,)]).tolist() == [3, 5, 9]
+    # a record over MAX_RECORD bytes: left to the vectorized path
+    assert len(long_) > fewcells.MAX_RECORD
+    assert fewcells.union(h, "heap", small + [(1, int(h.refs[1]))], 0, [(10_000,)]) is None
+    # records adding up to more bytes than MAX_CELLS: declined before decoding any
+    monkeypatch.setattr(fewcells, "MAX_CELLS", len(short) - 1)
+    assert fewcells.union(h, "heap", small, 0, [(10_000,)]) is None
+    monkeypatch.setattr(fewcells, "MAX_CELLS", len(short))
+    assert fewcells.union(h, "heap", small, 0, [(10_000,)]) is not None
 
 
 def test_touching_keeps_the_cells_inside_the_key_space():

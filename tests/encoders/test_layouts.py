@@ -135,3 +135,18 @@ def test_lookup_reads_only_the_runs_it_needs(tmp_path, monkeypatch):
         many = np.r_[0:100, 300, 4095].astype(np.uint64)
         r.backward(many, 0)
     assert asked == [3]  # cells 0-99 share a 256-cell run; 300 and 4095 one each
+
+
+def test_lookup_into_a_mask_of_the_wrong_size_is_refused(tmp_path):
+    from encoders.lookup import QueryError
+
+    pairs = per_pixel_box((8, 8), 1)
+    st = write_shard(tmp_path, "full-one-bwd", pairs, (8, 8), [(8, 8)])
+    with open_shard(st["path"]) as r:
+        with pytest.raises(QueryError, match="flat bool array of 64 cells"):
+            r.backward(np.array([0], np.uint64), 0, into=np.zeros(63, bool))
+        with pytest.raises(QueryError, match="got int64"):
+            r.forward(np.array([0], np.uint64), 0, into=np.zeros(64, np.int64))
+        into = np.zeros(64, bool)
+        got = r.backward(np.arange(64, dtype=np.uint64), 0, into=into)
+        assert got is None and into.all()  # a large answer lands in the mask
