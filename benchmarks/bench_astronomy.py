@@ -29,8 +29,9 @@ from _common import emit, grouped_log_bars, overhead_bars, parser, timed  # noqa
 import numpy as np  # noqa: E402
 
 from subzero.api import Run  # noqa: E402
-from subzero.executor import load_run, run_workflow  # noqa: E402
-from subzero.spark import get_spark  # noqa: E402
+from subzero.engine.runs import load_run
+from subzero.engine.runner import run_workflow  # noqa: E402
+from subzero.engine.spark import get_spark  # noqa: E402
 from workflows import astronomy  # noqa: E402
 
 STRATEGIES = ("blackbox", "blackbox-opt", "full-one", "full-many", "subzero")

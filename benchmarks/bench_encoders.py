@@ -49,8 +49,10 @@ from encoders.sink import ShardSink  # noqa: E402
 from encoders.store import read_meta  # noqa: E402
 from operators.base import box_neighbours  # noqa: E402
 from subzero.cells import Box, Ragged, to_coords  # noqa: E402
+from subzero.engine.layout import shard_spec
 from subzero.modes import Strategy  # noqa: E402
-from subzero.runtime import PairBatch, ShardSpec, make_sink  # noqa: E402
+from subzero.lineage import PairBatch, ShardSpec
+from encoders.sink import make_sink  # noqa: E402
 
 SHAPE = (1000, 1000)
 SIZE = SHAPE[0] * SHAPE[1]
@@ -135,7 +137,7 @@ def blackbox(fanin: int, fanout: int, q: np.ndarray, backward: bool) -> np.ndarr
 
 
 def spec(home: Path, strategy: str, chunk: int) -> ShardSpec:
-    return ShardSpec(str(home), "bench", "op", Strategy.parse(strategy), (chunk,),
+    return shard_spec(home, "bench", "op", Strategy.parse(strategy), (chunk,),
                      Box.full(SHAPE), SHAPE, (SHAPE,), 0)
 
 
@@ -231,7 +233,7 @@ def relative_section(home: Path, radii: tuple[int, ...], side: int, repeat: int
         ins = box_neighbours(to_coords(cells, shape), (r, r), shape)
         pairs = PairBatch(Ragged.from_singletons(cells), ins=(ins,))
         for policy in ("auto", "never"):
-            sp = ShardSpec(str(home), "rel", f"r{r}{policy}", Strategy.parse("full-one-bwd"),
+            sp = shard_spec(home, "rel", f"r{r}{policy}", Strategy.parse("full-one-bwd"),
                            (0,), Box.full(shape), shape, (shape,), 0)
             enc = FullOne("bwd", relative=policy)
 
@@ -276,7 +278,7 @@ def many_relative_section(home: Path, side: int, repeat: int) -> list[dict[str, 
     out = []
     for direction in ("bwd", "fwd"):
         for policy in ("auto", "never"):
-            sp = ShardSpec(str(home), "manyrel", f"{direction}{policy}",
+            sp = shard_spec(home, "manyrel", f"{direction}{policy}",
                            Strategy.parse(f"full-many-{direction}"), (0,), Box.full(shape),
                            shape, (shape,), 0)
             enc = FullMany(direction, relative=policy)

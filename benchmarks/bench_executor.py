@@ -23,8 +23,8 @@ from _common import emit, parser, timed  # noqa: E402
 import numpy as np  # noqa: E402
 
 from subzero.chunking import Chunking  # noqa: E402
-from subzero.executor import run_workflow  # noqa: E402
-from subzero.spark import get_spark  # noqa: E402
+from subzero.engine.runner import run_workflow  # noqa: E402
+from subzero.engine.spark import get_spark  # noqa: E402
 from workflows import example  # noqa: E402
 
 LSST = (2001, 513)

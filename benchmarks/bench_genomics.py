@@ -28,8 +28,9 @@ from _common import emit, grouped_log_bars, overhead_bars, parser, timed, warm  
 
 
 from subzero.api import Run  # noqa: E402
-from subzero.executor import load_run, run_workflow  # noqa: E402
-from subzero.spark import get_spark  # noqa: E402
+from subzero.engine.runs import load_run
+from subzero.engine.runner import run_workflow  # noqa: E402
+from subzero.engine.spark import get_spark  # noqa: E402
 from workflows import genomics  # noqa: E402
 
 STATIC = ("blackbox", "full-one", "full-many", "full-forw", "full-both", "pay-one",

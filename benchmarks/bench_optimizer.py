@@ -34,7 +34,7 @@ from optimizer.costs import CostModel  # noqa: E402
 from optimizer.plan import build_choices  # noqa: E402
 from optimizer.stats import ModeStats, OpProfile, load_profiles, statistics_pass  # noqa: E402
 from optimizer.workload import Workload  # noqa: E402
-from subzero.catalog import Catalog  # noqa: E402
+from subzero.engine.catalog import Catalog  # noqa: E402
 from subzero.modes import Mode  # noqa: E402
 
 TARGET_SOLVE_S = 0.100
@@ -159,7 +159,7 @@ def bench_predictions(name: str, params: dict, strategies: list[str], spark, hom
     operator supporting the strategy, or with ``udfs_only`` on those without mapping
     functions: the ones the optimizer actually decides for)."""
     import workflows
-    from subzero.executor import run_workflow
+    from subzero.engine.runner import run_workflow
 
     wf = workflows.build(name, **params)
     # the first stages of a Spark session pay for starting Python workers: warm up first,
@@ -233,7 +233,7 @@ def main() -> None:
     print(f"solve: median {doc['solve']['median_solve_ms']} ms, max "
           f"{doc['solve']['max_solve_ms']} ms", file=sys.stderr)
 
-    from subzero.spark import get_spark
+    from subzero.engine.spark import get_spark
     import workflows
 
     home = Path(tempfile.mkdtemp(prefix="bench-optimizer-"))

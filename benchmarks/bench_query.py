@@ -29,9 +29,10 @@ import numpy as np  # noqa: E402
 
 from operators import Affine, Binary, Convolve, MedianFilter, Unary  # noqa: E402
 from subzero.cells import Box, frontier  # noqa: E402
-from subzero.executor import load_run, run_workflow  # noqa: E402
+from subzero.engine.runs import load_run
+from subzero.engine.runner import run_workflow  # noqa: E402
 from subzero.query import QueryExecutor  # noqa: E402
-from subzero.spark import get_spark  # noqa: E402
+from subzero.engine.spark import get_spark  # noqa: E402
 from subzero.workflow import Workflow  # noqa: E402
 
 SHAPE = (2001, 513)

@@ -16,11 +16,10 @@ Modules: :mod:`~encoders.base` (interfaces only), one module per encoding
 :mod:`~encoders.pairtable`; FullMany's grouped entries: :mod:`~encoders.relgroups`), byte
 codecs (:mod:`~encoders.codec` for cell sets, :mod:`~encoders.varint`,
 :mod:`~encoders.hashing`, :mod:`~encoders.csr`, :mod:`~encoders.payloads`), the LMDB/R-tree
-store (:mod:`~encoders.store`), the sink the executor writes through (:mod:`~encoders.sink`),
+store (:mod:`~encoders.store`), the sink the engine writes through (:mod:`~encoders.sink`),
 batched lookups (:mod:`~encoders.lookup`) and a size/cost model (:mod:`~encoders.cost`).
 
-Importing this package registers every encoding (:mod:`encoders.registry`) and the LMDB
-sink for each with :func:`subzero.runtime.register_sink`.
+Importing this package registers every encoding (:mod:`encoders.registry`).
 """
 
 from encoders.base import Encoding, LookupTimeout
@@ -29,12 +28,10 @@ from encoders.full_one import FullOne
 from encoders.pay_many import PayMany
 from encoders.pay_one import PayOne
 from encoders.registry import encoding_for, register
-from encoders.sink import ShardSink, make_shard_sink
-from subzero.runtime import register_sink
+from encoders.sink import ShardSink, make_sink, write_shard
 
 for _cls in (FullOne, FullMany, PayOne, PayMany):
     register(_cls)
-    register_sink(_cls.name, make_shard_sink)
 
 __all__ = ["Encoding", "FullOne", "FullMany", "PayOne", "PayMany", "LookupTimeout",
-           "ShardSink", "encoding_for"]
+           "ShardSink", "encoding_for", "make_sink", "write_shard"]

@@ -29,7 +29,7 @@ import numpy as np
 
 from subzero.cells import Ragged
 from subzero.modes import Direction
-from subzero.runtime import PairBatch, ShardSpec
+from subzero.lineage import PairBatch, ShardSpec
 
 
 class LookupTimeout(Exception):

@@ -57,7 +57,7 @@ from encoders.pairs import lineage_pairs
 from encoders.varint import varint_encode
 from subzero.cells import Ragged
 from subzero.modes import Direction
-from subzero.runtime import PairBatch, ShardSpec
+from subzero.lineage import PairBatch, ShardSpec
 
 
 def _rag(v: np.ndarray, o: np.ndarray) -> Ragged:

@@ -41,7 +41,7 @@ from encoders.pairs import KeyGroups, group_keys, lineage_pairs
 from encoders.varint import varint_encode
 from subzero.cells import Ragged
 from subzero.modes import Direction
-from subzero.runtime import PairBatch, ShardSpec
+from subzero.lineage import PairBatch, ShardSpec
 
 HEAP = "heap"
 SPILL = 16  # answers over 1/SPILL of their array go into a caller's mask (``into``)

@@ -33,7 +33,7 @@ from encoders.store import LmdbShard, read_meta
 from subzero.cells import Box
 from subzero.errors import QueryError
 from subzero.modes import Direction, Mode, Strategy
-from subzero.runtime import PairBatch
+from subzero.lineage import PairBatch
 
 
 class ShardReader:

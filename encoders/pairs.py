@@ -2,7 +2,7 @@
 
 >>> import numpy as np
 >>> from subzero.cells import Ragged
->>> from subzero.runtime import PairBatch, ShardSpec
+>>> from subzero.lineage import PairBatch, ShardSpec
 >>> b = PairBatch(Ragged.from_rows([[3, 1, 1], [2]]), ins=(Ragged.from_rows([[9, 8], [7]]),))
 >>> c = canonical(b)
 >>> c.out.values.tolist(), c.ins[0].values.tolist()
@@ -26,7 +26,7 @@ from encoders.csr import (
     union_by_owner,
 )
 from subzero.cells import Ragged
-from subzero.runtime import PairBatch, ShardSpec
+from subzero.lineage import PairBatch, ShardSpec
 
 
 def _canon(r: Ragged) -> Ragged:

@@ -25,7 +25,7 @@ from encoders.payloads import payload_ids, read_section, section_tokens
 from encoders.varint import varint_encode
 from subzero.cells import Ragged
 from subzero.modes import Direction
-from subzero.runtime import PairBatch, ShardSpec
+from subzero.lineage import PairBatch, ShardSpec
 
 
 class PayMany(Encoding):

@@ -24,7 +24,7 @@ from encoders.pairs import group_keys, lineage_pairs
 from encoders.payloads import join_bytes, payload_ids, read_section, section_tokens
 from subzero.cells import Ragged
 from subzero.modes import Direction
-from subzero.runtime import PairBatch, ShardSpec
+from subzero.lineage import PairBatch, ShardSpec
 
 HEAP = "heap"
 

@@ -1,13 +1,12 @@
 """The lineage sink the executor writes through: buffer, encode, write, publish.
 
-``subzero.runtime.make_sink(spec)`` returns a :class:`ShardSink` for every stored strategy
-(``encoders/__init__.py`` registers the factory per encoding). A task calls ``write(batch)``
-any number of times, then ``close()``, which encodes everything it was given as ONE shard
-(colliding keys from different writes are merged like any others) and publishes it; or
-``abort()``, which leaves nothing behind.
+:func:`make_sink` returns a :class:`ShardSink` for a stored strategy. A caller calls
+``write(batch)`` any number of times, then ``close()``, which encodes everything it was given
+as ONE shard (colliding keys from different writes are merged like any others) and
+publishes it; or ``abort()``, which leaves nothing behind. :func:`write_shard` does all of
+that for one batch: the engine's tasks, the statistics pass and calibration use it.
 
->>> sink = make_shard_sink(spec)            # doctest: +SKIP
->>> sink.write(batch); stats = sink.close()  # doctest: +SKIP
+>>> stats = write_shard(spec, batch)         # doctest: +SKIP
 >>> sorted(stats)[:4]                        # doctest: +SKIP
 ['attempt', 'data_bytes', 'encode_s', 'fanin']
 """
@@ -22,7 +21,7 @@ from encoders.pairs import canonical, pair_stats
 from encoders.registry import encoding_for
 from encoders.store import ShardWriter
 from subzero.modes import Mode
-from subzero.runtime import LineageSink, PairBatch, ShardSpec
+from subzero.lineage import LineageSink, PairBatch, ShardSpec
 
 
 class ShardSink(LineageSink):
@@ -82,6 +81,19 @@ class ShardSink(LineageSink):
             self.writer = None
 
 
-def make_shard_sink(spec: ShardSpec) -> ShardSink:
-    """The factory registered with :func:`subzero.runtime.register_sink`."""
+def make_sink(spec: ShardSpec) -> ShardSink:
+    """The sink that stores ``spec``'s strategy as one shard at ``spec.path``."""
     return ShardSink(spec)
+
+
+def write_shard(spec: ShardSpec, batch: PairBatch | None) -> dict[str, Any]:
+    """Store ``batch`` (None or empty: an empty shard) as the shard ``spec`` describes and
+    return the sink's statistics (see :class:`ShardSink`); on any error nothing is left."""
+    sink = make_sink(spec)
+    try:
+        if batch is not None and len(batch):
+            sink.write(batch)
+        return sink.close()
+    except BaseException:
+        sink.abort()
+        raise

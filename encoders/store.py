@@ -1,6 +1,6 @@
 """The shard store: LMDB environments and on-disk R-trees, written once, published atomically.
 
-A shard is one directory ``<home>/runs/<run>/lineage/<op>/<strategy>/<chunk key>/``::
+A shard is one directory (``spec.path``, laid out by :func:`subzero.engine.layout.shard_dir`)::
 
     data.mdb             LMDB environment (named databases: tables and blobs)
     rtree_<name>.dat/.idx  R-trees of the *Many encodings (libspatialindex, bulk-loaded)
@@ -46,21 +46,14 @@ import numpy as np
 from encoders.base import EncodedShard, ShardData, SpatialIndex
 from encoders.csr import offsets_from_lengths, uniq
 from subzero.cells import Ragged
-from subzero.chunking import chunk_key
 from subzero.jsonio import json_default
-from subzero.runtime import ShardSpec
+from subzero.lineage import ShardSpec
 
 META = "meta.json"
 DATA = "data.mdb"
 BLOBS = "blobs"
 FORMAT = 1
 _PAGE = 4096
-
-
-def shard_dir(spec: ShardSpec) -> Path:
-    """``<home>/runs/<run>/lineage/<op>/<strategy name>/<chunk key>``."""
-    return (Path(spec.home) / "runs" / spec.run / "lineage" / spec.op / spec.strategy.name
-            / chunk_key(spec.chunk))
 
 
 def _key_bytes(keys: np.ndarray) -> list[bytes]:
@@ -192,7 +185,7 @@ class ShardWriter:
 
     def __init__(self, spec: ShardSpec) -> None:
         self.spec = spec
-        self.dest = shard_dir(spec)
+        self.dest = Path(spec.path)
         self.tmp: Path | None = None
 
     def _make_tmp(self) -> Path:

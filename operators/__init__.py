@@ -13,19 +13,9 @@ parallelization, mapping functions, supported lineage modes). Families:
 - :mod:`operators.linalg`: :class:`MatMul`.
 """
 
+from subzero.operator import BLOCKWISE, ELEMENTWISE, GLOBAL, Operator, Parallelism, stencil
 from operators.base import (
-    BLOCKWISE,
-    ELEMENTWISE,
-    GLOBAL,
-    AllToAllOperator,
-    CellMapping,
-    ElementwiseOperator,
-    MappingOperator,
-    Operator,
-    Parallelism,
-    StencilOperator,
-    UDF,
-    stencil,
+    AllToAllOperator, CellMapping, ElementwiseOperator, MappingOperator, StencilOperator, UDF,
 )
 from operators.concat import Concatenate
 from operators.elementwise import (Affine, Binary, Cast, Classify, Copy, Logistic, Scalar,

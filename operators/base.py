@@ -1,216 +1,28 @@
-"""The operator contract (DESIGN.md, "Operator contract"; paper Table I).
-
-An operator computes one output array from ``n`` input arrays, one output *chunk* per call:
-
-- :meth:`Operator.supported_modes` declares which lineage modes it can produce
-  (``BLACKBOX`` is always possible);
-- :meth:`Operator.run` ``(ctx, *blocks)`` computes the output block ``ctx.chunk.out_box``
-  from input blocks ``ctx.chunk.in_boxes`` and, when ``ctx.modes`` asks for it, reports
-  lineage through ``ctx.lwrite`` / ``ctx.lwrite_pairs``;
-- :meth:`Operator.map_b` / :meth:`Operator.map_f` map whole boolean frontiers (vectorized);
-  :class:`CellMapping` lifts the paper's per-cell form to frontiers (the slow path);
-- :meth:`Operator.map_p` recomputes input cells from a stored payload (and
-  :meth:`Operator.map_p_hits` tests payload lineage forward);
-- an operator supporting ``COMP`` gives its *default* mapping as ``map_b``/``map_f`` (used
-  for the cells that stored no payload) and does not list ``MAP`` unless the default alone is
-  its whole lineage;
-- :meth:`Operator.all_to_all` marks where the entire-array optimization is safe;
-- :attr:`Operator.parallelism` says how it splits into tasks: :data:`ELEMENTWISE` (any
-  chunking, input block = output block), :func:`stencil` (input block = output block plus
-  a halo), or :data:`GLOBAL` (one task sees whole inputs).
+"""Bases of the operator library, on the core :class:`subzero.operator.Operator` interface.
 
 Three bases cover most built-ins and derive exact mapping functions and tracing lineage
 from their shape: :class:`ElementwiseOperator`, :class:`StencilOperator`,
-:class:`AllToAllOperator`. User code subclasses :class:`UDF`.
+:class:`AllToAllOperator`. User code subclasses :class:`UDF`; :class:`CellMapping` lifts
+the paper's per-cell mapping functions to frontiers (the slow path). The contract itself
+(modes, ``run``, mapping functions, parallelism) is documented in :mod:`subzero.operator`.
 """
 
 from __future__ import annotations
 
-import copy
-from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from abc import abstractmethod
+from typing import Iterable, Sequence
 
 import numpy as np
 
 from subzero.cells import Box, Ragged, any_over, as_linear, dilate, mask_from_linear, to_coords
-from subzero.errors import ModeError, ShapeError
+from subzero.errors import ShapeError
 from subzero.modes import Mode
+from subzero.operator import (
+    ELEMENTWISE, GLOBAL, Operator, Parallelism, stencil,
+)
 from subzero.runtime import TaskContext
 
 Shape = tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Parallelism:
-    """How an operator splits into Spark tasks.
-
-    ``kind`` is ``"elementwise"`` (input block = output block, numpy broadcasting),
-    ``"stencil"`` (with a halo ``depth`` per axis), ``"blockwise"`` (any output chunking; the
-    operator's :meth:`Operator.input_box` names the exact input block of each output block:
-    subarray, transpose, matrix multiply...) or ``"global"`` (a single task sees the whole
-    inputs).
-    """
-
-    kind: str
-    depth: tuple[int, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.kind not in ("elementwise", "stencil", "blockwise", "global"):
-            raise ValueError(f"unknown parallelism {self.kind!r}")
-        if any(d < 0 for d in self.depth):
-            raise ValueError(f"halo depth must be non-negative. Got {self.depth}.")
-
-    def __str__(self) -> str:
-        return f"stencil{list(self.depth)}" if self.kind == "stencil" else self.kind
-
-
-ELEMENTWISE = Parallelism("elementwise")
-BLOCKWISE = Parallelism("blockwise")
-GLOBAL = Parallelism("global")
-
-
-def stencil(depth: int | Sequence[int]) -> Parallelism:
-    """Stencil parallelism with a halo of ``depth`` cells (one int, or one per axis)."""
-    d = (int(depth),) if np.isscalar(depth) else tuple(int(x) for x in depth)
-    return Parallelism("stencil", d)
-
-
-class Operator(ABC):
-    """Base class of every operator. Subclasses implement :meth:`run` and what they support.
-
-    An operator instance is *bound* into a workflow, which sets :attr:`name`,
-    :attr:`in_shapes`, :attr:`in_dtypes`, :attr:`out_shape` and :attr:`out_dtype`; the
-    mapping functions use them.
-    """
-
-    #: How the operator splits into tasks.
-    parallelism: Parallelism = ELEMENTWISE
-    #: Number of inputs, or None for any number.
-    n_inputs: int | None = None
-    #: "builtin" or "udf" (for listings and plans).
-    kind: str = "builtin"
-
-    name: str = "?"
-    in_shapes: tuple[Shape, ...] = ()
-    in_dtypes: tuple[np.dtype, ...] = ()
-    out_shape: Shape = ()
-    out_dtype: np.dtype = np.dtype("float64")
-
-    # -- planning --------------------------------------------------------------------------
-    def supported_modes(self) -> frozenset[Mode]:
-        """Lineage modes this operator can produce. BLACKBOX is always included."""
-        return frozenset({Mode.BLACKBOX})
-
-    def output_shape(self, in_shapes: Sequence[Shape]) -> Shape:
-        """Shape of the output given input shapes; raise :class:`ShapeError` if they clash."""
-        return broadcast_shape(self, in_shapes)
-
-    def output_dtype(self, in_dtypes: Sequence[np.dtype]) -> np.dtype:
-        return np.result_type(*in_dtypes) if in_dtypes else np.dtype("float64")
-
-    def params(self) -> dict[str, Any]:
-        """The operator's parameters, as plain data, for the catalog."""
-        return {}
-
-    def bind(self, name: str, in_shapes: Sequence[Shape], in_dtypes: Sequence[Any]) -> "Operator":
-        """A copy of this operator bound to a name and concrete input shapes and dtypes."""
-        if self.n_inputs is not None and len(in_shapes) != self.n_inputs:
-            raise ShapeError(
-                f"operator {name!r} ({type(self).__name__}) takes {self.n_inputs} input(s); "
-                f"got {len(in_shapes)}"
-            )
-        op = copy.copy(self)
-        op.name = name
-        op.in_shapes = tuple(tuple(int(v) for v in s) for s in in_shapes)
-        op.in_dtypes = tuple(np.dtype(d) for d in in_dtypes)
-        op.out_shape = tuple(int(v) for v in op.output_shape(op.in_shapes))
-        op.out_dtype = np.dtype(op.output_dtype(op.in_dtypes))
-        op.check_bound()
-        return op
-
-    def check_bound(self) -> None:
-        """Hook: validate parameters against bound shapes (raise ShapeError)."""
-
-    def input_box(self, out_box: Box, i: int) -> Box:
-        """The block of input ``i`` needed to compute ``out_box`` (global coordinates)."""
-        shape = self.in_shapes[i]
-        if self.parallelism.kind == "global":
-            return Box.full(shape)
-        if self.parallelism.kind == "stencil":
-            depth = self.parallelism.depth
-            if len(depth) == 1:
-                depth = depth * len(shape)
-            if shape != self.out_shape:
-                return Box.full(shape)
-            return out_box.dilate(depth, shape)
-        if self.parallelism.kind == "blockwise":
-            raise NotImplementedError(
-                f"{type(self).__name__} declares blockwise parallelism and must give input_box")
-        return broadcast_box(out_box, shape, self.out_shape)
-
-    # -- execution -------------------------------------------------------------------------
-    @abstractmethod
-    def run(self, ctx: TaskContext, *inputs: np.ndarray) -> np.ndarray:
-        """Compute the output block ``ctx.chunk.out_box`` from the input blocks."""
-
-    # -- mapping functions (vectorized over frontiers) -------------------------------------
-    def map_b(self, frontier_out: np.ndarray, i: int) -> np.ndarray:
-        """Backward mapping: input-``i`` cells the output frontier depends on (bool array)."""
-        raise ModeError(f"operator {self.name!r} has no backward mapping function")
-
-    def map_f(self, frontier_in: np.ndarray, i: int) -> np.ndarray:
-        """Forward mapping: output cells that depend on the input-``i`` frontier."""
-        raise ModeError(f"operator {self.name!r} has no forward mapping function")
-
-    def map_p(self, outcells: np.ndarray, payload: bytes, i: int) -> Any:
-        """Input-``i`` cells that ``outcells`` (``(n, ndim)`` coordinates sharing one
-        ``payload``) depend on, in any form :func:`subzero.cells.as_linear` takes."""
-        raise ModeError(f"operator {self.name!r} has no payload function")
-
-    def map_p_hits(self, outcells: np.ndarray, payload: bytes, i: int,
-                   frontier_in: np.ndarray) -> np.ndarray:
-        """Forward test of payload lineage: which of ``outcells`` (``(n, ndim)``, all sharing
-        ``payload``) have input-``i`` lineage meeting ``frontier_in``. Returns a bool array.
-
-        The default is the paper's scan, by bisection: :meth:`map_p` of a set of cells is the
-        union of their lineages, so a half whose union misses the frontier is settled at once
-        and only halves that meet it are split: about ``k log n`` calls for ``k`` hits among
-        ``n`` cells instead of ``n``. Operators whose payload lineage has structure (a radius,
-        a region) override it with a direct vectorized test.
-        """
-        shape = self.in_shapes[i]
-        flat = frontier_in.reshape(-1)
-        outcells = np.asarray(outcells)
-        hits = np.zeros(len(outcells), dtype=bool)
-        todo = [(0, len(outcells))] if len(outcells) else []
-        while todo:
-            a, b = todo.pop()
-            got = as_linear(self.map_p(outcells[a:b], payload, i), shape).astype(np.intp)
-            if not flat[got].any():
-                continue
-            if b - a == 1:
-                hits[a] = True
-            else:
-                m = (a + b) // 2
-                todo += [(m, b), (a, m)]
-        return hits
-
-    def all_to_all(self, i: int) -> bool:
-        """True when the whole output maps to the whole input ``i`` and back (entire-array
-        optimization; paper VI-C)."""
-        return False
-
-    # -- tracing fallback ------------------------------------------------------------------
-    def trace_all_to_all(self, ctx: TaskContext) -> None:
-        """The paper's default for operators that expose nothing: every output cell of the
-        block depends on every input cell the task read."""
-        ch = ctx.chunk
-        ctx.lwrite(ch.out_box, *[b for b in ch.in_boxes])
-
-    def __repr__(self) -> str:
-        ps = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
-        return f"{type(self).__name__}({ps})"
 
 
 class UDF(Operator):
@@ -257,19 +69,6 @@ class CellMapping:
 # ---------------------------------------------------------------------------------------
 
 
-def broadcast_shape(op: Operator, in_shapes: Sequence[Shape]) -> Shape:
-    """numpy broadcasting of the input shapes, with the operator named in the error."""
-    if not in_shapes:
-        raise ShapeError(f"operator {op.name!r} needs at least one input")
-    try:
-        return tuple(np.broadcast_shapes(*in_shapes))
-    except ValueError:
-        raise ShapeError(
-            f"operator {op.name!r} ({type(op).__name__}): input shapes "
-            f"{', '.join(str(tuple(s)) for s in in_shapes)} do not match"
-        ) from None
-
-
 def _broadcast_axes(in_shape: Shape, out_shape: Shape) -> tuple[int, ...]:
     """Output axes along which input ``in_shape`` is broadcast (size 1 or missing)."""
     pad = len(out_shape) - len(in_shape)
@@ -278,20 +77,6 @@ def _broadcast_axes(in_shape: Shape, out_shape: Shape) -> tuple[int, ...]:
         if n == 1 and out_shape[pad + k] != 1:
             axes.append(pad + k)
     return tuple(axes)
-
-
-def broadcast_box(out_box: Box, in_shape: Shape, out_shape: Shape) -> Box:
-    """The block of a broadcast input needed for ``out_box``."""
-    pad = len(out_shape) - len(in_shape)
-    lo, hi = [], []
-    for k, n in enumerate(in_shape):
-        if n == 1 and out_shape[pad + k] != 1:
-            lo.append(0)
-            hi.append(1)
-        else:
-            lo.append(out_box.lo[pad + k])
-            hi.append(out_box.hi[pad + k])
-    return Box(tuple(lo), tuple(hi))
 
 
 def broadcast_map_b(frontier_out: np.ndarray, in_shape: Shape) -> np.ndarray:

@@ -17,7 +17,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from operators.base import BLOCKWISE, MappingOperator
+from subzero.operator import BLOCKWISE
+from operators.base import MappingOperator
 from operators.parse import who
 from subzero.cells import Box, Ragged
 from subzero.errors import ShapeError, WorkflowError

@@ -28,7 +28,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from operators.base import BLOCKWISE, GLOBAL, MappingOperator, Parallelism
+from subzero.operator import BLOCKWISE, GLOBAL, Parallelism
+from operators.base import MappingOperator
 from operators.geometry import axis_strides, outer_linear
 from operators.parse import dtype_spec, parse_axes, parse_dtype, who
 from subzero.cells import Box, Ragged, any_over

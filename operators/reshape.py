@@ -21,7 +21,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from operators.base import BLOCKWISE, MappingOperator
+from subzero.operator import BLOCKWISE
+from operators.base import MappingOperator
 from operators.geometry import bbox_of_box_in
 from operators.parse import parse_shape_param, who
 from subzero.cells import Box, Ragged

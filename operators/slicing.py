@@ -21,7 +21,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from operators.base import BLOCKWISE, MappingOperator
+from subzero.operator import BLOCKWISE
+from operators.base import MappingOperator
 from operators.geometry import axis_strides, outer_linear
 from operators.parse import parse_permutation, parse_slices, slices_text, who
 from subzero.cells import Box, Ragged

@@ -22,6 +22,7 @@ True
 
 from __future__ import annotations
 
+import os
 import platform
 import shutil
 import statistics
@@ -33,14 +34,23 @@ from typing import Any, Callable
 
 import numpy as np
 
+from encoders import sink
+from encoders.lookup import open_shard
+from operators import Affine, Convolve
+from operators.base import box_neighbours
 from optimizer.calibration import (ENCODED, FEATURES, TARGETS, Calibration, CalibrationError,
                                    load_calibration)
 from optimizer.costs import features
 from optimizer.query_costs import QueryCosts
 from optimizer.stats import ModeStats
-from subzero.cells import Box, Ragged
+from subzero.cells import Box, Ragged, dilate, to_coords
+from subzero.chunking import chunk_grid
+from subzero.engine import arrays, layout
+from subzero.engine.spark import get_spark
+from subzero.engine.tasks import make_jobs, run_jobs
+from subzero.lineage import PairBatch
 from subzero.modes import Mode, Strategy
-from subzero.runtime import MemorySink, PairBatch, ShardSpec, make_sink
+from subzero.query import group_by_payload
 
 Progress = Callable[[str], None] | None
 
@@ -55,8 +65,6 @@ def _grid(shape: tuple[int, int]) -> np.ndarray:
 
 
 def _stencil(shape: tuple[int, int], r: int, keep: float = 1.0, seed: int = 0) -> PairBatch:
-    from operators.base import box_neighbours
-
     lin = _grid(shape)
     if keep < 1.0:
         rng = np.random.default_rng(seed)
@@ -146,26 +154,13 @@ def mode_stats(pairs: PairBatch) -> ModeStats:
 # ---------------------------------------------------------------------------------------
 
 
-def sinks_available() -> bool:
-    """Whether the encoders registered real sinks (else shards stay in memory)."""
-    spec = ShardSpec("/nonexistent", "r0", "op", Strategy.parse("full-one-bwd"), (0,),
-                     Box((0,), (1,)), (1,), ((1,),))
-    return not isinstance(make_sink(spec), MemorySink)
-
-
 def write_shard(home: Path, strategy: Strategy, shape: tuple[int, int], pairs: PairBatch,
                 chunk: int = 0) -> dict[str, Any]:
-    """Write one shard as the executor does; returns the sink's statistics + ``store_s``."""
-    spec = ShardSpec(str(home), "r0", "calib", strategy, (chunk, 0), Box.full(shape), shape,
-                     (shape,))
+    """Write one shard as a run's task does; returns the sink's statistics + ``store_s``."""
+    spec = layout.shard_spec(home, "r0", "calib", strategy, (chunk, 0), Box.full(shape), shape,
+                             (shape,))
     t0 = time.perf_counter()
-    sink = make_sink(spec)
-    try:
-        sink.write(pairs)
-        stats = sink.close()
-    except BaseException:
-        sink.abort()
-        raise
+    stats = sink.write_shard(spec, pairs)
     stats["store_s"] = time.perf_counter() - t0
     return stats
 
@@ -259,8 +254,6 @@ def _bound(op: Any, shape: tuple[int, ...], n_inputs: int = 1) -> Any:
 
 def measure_map(repeat: int) -> tuple[float, float]:
     """``map_fixed, map_per_cell`` from an elementwise and a stencil mapping function."""
-    from operators import Affine, Convolve
-
     pts = []
     for shape in ((32, 32), (1024, 1024)):
         f = np.zeros(shape, dtype=bool)
@@ -276,8 +269,6 @@ def measure_map(repeat: int) -> tuple[float, float]:
 
 def measure_lookups(scratch: Path, repeat: int, progress: Progress = None) -> dict[str, float]:
     """Shard open, matched lookups by query size and fan-in, mismatched scans, payloads."""
-    from encoders.lookup import open_shard
-
     shape = (256, 256)
     rng = np.random.default_rng(1)
     shards = {}
@@ -332,9 +323,6 @@ def measure_lookups(scratch: Path, repeat: int, progress: Progress = None) -> di
     t_one_small = _median_time(lambda: lookup(shards["one"], small), repeat)
     rtree_fixed = max(t_many - t_one_small, 1e-5)
 
-    from subzero.cells import dilate, to_coords
-    from subzero.query import group_by_payload
-
     def payload_groups() -> int:
         r = open_shard(pay_path)
         try:
@@ -365,14 +353,9 @@ def _reexec_jobs(scratch: Path, shape: tuple[int, int], chunk: tuple[int, int], 
                  reduce: Any = None) -> list[Any]:
     """Re-execution jobs of a 3x3 stencil over a stored random array (as the query
     executor makes them), without a workflow run."""
-    from operators import Convolve
-    from subzero import store
-    from subzero.chunking import chunk_grid
-    from subzero.executor import make_jobs
-
     path = scratch / "reexec" / f"in_{shape[0]}x{shape[1]}.zarr"
     if not path.exists():
-        store.write_array(path, np.random.default_rng(2).normal(size=shape), chunk)
+        arrays.write_array(path, np.random.default_rng(2).normal(size=shape), chunk)
     op = _bound(Convolve(np.ones((3, 3)) / 9), shape)
     return make_jobs(scratch, "r0", op, [path], None, chunk_grid(shape, chunk), (),
                      frozenset(modes), collect=reduce is None, reduce=reduce)
@@ -391,8 +374,6 @@ def measure_reexec(scratch: Path, repeat: int, spark: Any = None) -> dict[str, f
     the plain stage of the same tasks on Spark; without Spark, over the plain tasks run on
     the driver (a larger, conservative factor).
     """
-    from subzero.executor import run_jobs
-
     shape, chunk = (1024, 512), (512, 512)
     plain = _reexec_jobs(scratch, shape, chunk, {Mode.BLACKBOX}, _count_join)
     traced = _reexec_jobs(scratch, shape, chunk, {Mode.FULL}, _count_join)
@@ -419,14 +400,9 @@ def measure_task_factor(scratch: Path, spark: Any, repeat: int) -> float:
     """Lineage work (tracing a 3x3 stencil and storing FullMany shards, as the executor
     does) in two concurrent Spark tasks, over the same tasks run one after the other on
     the driver: the statistics pass samples on the driver, runs happen in Spark tasks."""
-    from operators import Convolve
-    from subzero import store
-    from subzero.chunking import chunk_grid
-    from subzero.executor import make_jobs, run_jobs
-
     shape, chunk = (2048, 512), (1024, 512)
     path = scratch / "factor" / "in.zarr"
-    store.write_array(path, np.random.default_rng(3).normal(size=shape), chunk)
+    arrays.write_array(path, np.random.default_rng(3).normal(size=shape), chunk)
     op = _bound(Convolve(np.ones((3, 3)) / 9), shape)
     jobs = make_jobs(scratch / "factor", "r0", op, [path], None, chunk_grid(shape, chunk),
                      [Strategy.parse("full-many-bwd")], frozenset({Mode.FULL}))
@@ -443,15 +419,14 @@ def measure_task_factor(scratch: Path, spark: Any, repeat: int) -> float:
 
 
 def measure_query(scratch: Path, quick: bool = False, spark: Any = None,
-                  have_sinks: bool = True, progress: Progress = None) -> QueryCosts:
+                  progress: Progress = None) -> QueryCosts:
     repeat = 3 if quick else 7
     base = load_calibration().query
     vals: dict[str, float] = {}
     vals["map_fixed"], vals["map_per_cell"] = measure_map(repeat)
     if progress:
         progress("  query: mapping functions")
-    if have_sinks:
-        vals.update(measure_lookups(scratch, repeat, progress))
+    vals.update(measure_lookups(scratch, repeat, progress))
     vals.update(measure_reexec(scratch, repeat, spark))
     if progress:
         progress("  query: re-execution")
@@ -465,14 +440,10 @@ def measure_query(scratch: Path, quick: bool = False, spark: Any = None,
 
 def calibrate(quick: bool = False, spark: bool | Any = True, progress: Progress = None,
               scratch: str | Path | None = None) -> Calibration:
-    """Measure everything; returns a :class:`Calibration` (not saved). Without registered
-    sinks (the encoders not installed) the encoder coefficients stay at their current
-    values and only the query constants that need no shard are measured."""
+    """Measure everything; returns a :class:`Calibration` (not saved)."""
     session = None
     if spark is True:
         try:
-            from subzero.spark import get_spark
-
             session = get_spark("local[2]")
         except Exception:  # noqa: BLE001 - Spark is optional here
             session = None
@@ -482,35 +453,29 @@ def calibrate(quick: bool = False, spark: bool | Any = True, progress: Progress 
     tmp = Path(tempfile.mkdtemp(prefix="subzero-calibrate-", dir=scratch))
     t0 = time.perf_counter()
     try:
-        have = sinks_available()
         meta: dict[str, Any] = {
             "source": "subzero calibrate" + (" --quick" if quick else ""),
             "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
             "machine": {"python": platform.python_version(), "platform": platform.platform(),
-                        "cpus": __import__("os").cpu_count()},
+                        "cpus": os.cpu_count()},
         }
-        if have:
-            if progress:
-                progress("writing synthetic shards through the registered sinks")
-            rows = measure_encoders(tmp / "encoders", quick, progress)
-            encoders, fit = fit_encoders(rows)
-            per_logical = fit_file_per_logical(rows)
-            meta["fit"] = fit
-            meta["points"] = len(rows)
-        else:
-            encoders, per_logical = current.encoders, current.file_per_logical
-            meta["encoders_note"] = "no sinks registered (encoders not installed): kept " \
-                "previous coefficients"
+        if progress:
+            progress("writing synthetic shards through the encoders' sinks")
+        rows = measure_encoders(tmp / "encoders", quick, progress)
+        coefficients, fit = fit_encoders(rows)
+        per_logical = fit_file_per_logical(rows)
+        meta["fit"] = fit
+        meta["points"] = len(rows)
         if progress:
             progress("timing query-time access methods")
-        query = measure_query(tmp, quick, session, have, progress)
+        query = measure_query(tmp, quick, session, progress)
         factor = current.task_factor
-        if session is not None and have:
+        if session is not None:
             factor = measure_task_factor(tmp, session, 3 if quick else 5)
             if progress:
                 progress(f"  runtime: Spark tasks x{factor:.2f} the driver")
         meta["seconds"] = round(time.perf_counter() - t0, 1)
-        return Calibration(encoders, query, meta, factor, per_logical)
+        return Calibration(coefficients, query, meta, factor, per_logical)
     except ImportError as e:
         raise CalibrationError(f"calibration needs {e.name}: {e}") from None
     finally:

@@ -27,16 +27,22 @@ import tempfile
 import time
 from dataclasses import dataclass, field, fields, replace
 from functools import partial
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from subzero.catalog import Catalog
+from encoders.sink import write_shard
 from subzero.cells import Box
 from subzero.chunking import chunk_grid
+from subzero.engine import layout
+from subzero.engine.catalog import Catalog
+from subzero.engine.reexec import reexecute
+from subzero.engine.runs import load_run
 from subzero.errors import CatalogError
+from subzero.lineage import PairBatch
 from subzero.modes import Mode, Strategy
-from subzero.runtime import ChunkContext, PairBatch
+from subzero.runtime import ChunkContext
 
 #: the modes whose lineage shape is sampled (BLACKBOX is sampled as the timing baseline)
 SAMPLED_MODES = (Mode.FULL, Mode.PAY, Mode.COMP)
@@ -150,26 +156,15 @@ class OpProfile:
 
 def _probe(ch: ChunkContext, pairs: PairBatch | None, probe: tuple[str, str, tuple[str, ...]]
            ) -> dict[str, list[float]]:
-    """Write the tile's pairs through each strategy's registered sink into a scratch
-    directory, keep the bytes and seconds it reports, and delete the shard."""
-    from subzero.runtime import MemorySink, ShardSpec, make_sink
-
+    """Write the tile's pairs through each strategy's sink into a scratch home, keep the
+    bytes and seconds it reports, and delete the shard."""
     scratch, op_name, names = probe
     out: dict[str, list[float]] = {}
     for name in names:
-        spec = ShardSpec(scratch, "probe", op_name, Strategy.parse(name), ch.index, ch.out_box,
-                         ch.out_shape, ch.in_shapes)
+        spec = layout.shard_spec(Path(scratch), "probe", op_name, Strategy.parse(name),
+                                 ch.index, ch.out_box, ch.out_shape, ch.in_shapes)
         t0 = time.perf_counter()
-        sink = make_sink(spec)
-        if isinstance(sink, MemorySink):
-            return {}  # no encoders installed: nothing to measure
-        try:
-            if pairs is not None and len(pairs):
-                sink.write(pairs)
-            st = sink.close()
-        except BaseException:
-            sink.abort()
-            raise
+        st = write_shard(spec, pairs)
         store_s = time.perf_counter() - t0
         if st.get("path"):
             shutil.rmtree(st["path"], ignore_errors=True)
@@ -230,8 +225,6 @@ def _measure(run: Any, op_name: str, boxes: Sequence[Box] | None, mode: Mode,
              repeat: int, probe: tuple | None = None) -> tuple[list[dict], float]:
     """Re-run in ``mode`` on the boxes; the tile results and the least kernel time seen
     (the last repeat probes the sinks, so probing never counts as kernel time)."""
-    from subzero.executor import reexecute
-
     best, results = float("inf"), []
     for k in range(repeat):
         reduce = partial(_tile_stats, probe=probe) if probe and k == repeat - 1 else _tile_stats
@@ -336,8 +329,6 @@ def statistics_pass(home: Any, rid: str, ops: Sequence[str] | None = None,
     """
     if probe not in ("udf", "all", "none"):
         raise ValueError(f"probe must be 'udf', 'all' or 'none'. Got {probe!r}.")
-    from subzero.executor import load_run
-
     cat = catalog or Catalog(_catalog_path(home))
     try:
         run = load_run(home, rid, catalog=cat)
@@ -367,9 +358,7 @@ def statistics_pass(home: Any, rid: str, ops: Sequence[str] | None = None,
 
 
 def _catalog_path(home: Any) -> Any:
-    from subzero.store import resolve_home
-
-    return resolve_home(home) / "catalog.sqlite"
+    return layout.catalog_path(layout.resolve_home(home))
 
 
 def _stored_modes(cat: Catalog, rid: str) -> dict[str, dict[Mode, dict[str, float]]]:
@@ -435,8 +424,6 @@ def load_profiles(home: Any, rid: str, sample: bool = True, catalog: Catalog | N
     """One :class:`OpProfile` per operator of run ``rid`` (workflow order), running the
     statistics pass first for operators never sampled (``sample=False`` skips it; then
     only measured strategies have sizes)."""
-    from subzero.executor import load_run
-
     cat = catalog or Catalog(_catalog_path(home))
     try:
         run = load_run(home, rid, catalog=cat)

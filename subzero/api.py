@@ -17,11 +17,12 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from subzero import store
-from subzero.catalog import Catalog
+from subzero.engine import arrays, layout
+from subzero.engine.catalog import Catalog
 from subzero.chunking import Chunking
 from subzero.errors import SubZeroError
-from subzero.executor import LoadedRun, RunResult, load_run, run_workflow
+from subzero.engine.runs import LoadedRun, load_run
+from subzero.engine.runner import RunResult, run_workflow
 from subzero.workflow import Workflow
 
 
@@ -29,7 +30,7 @@ class Home:
     """A SubZero home directory: catalog, runs, arrays and lineage."""
 
     def __init__(self, path: str | os.PathLike | None = None) -> None:
-        self.path = store.resolve_home(path)
+        self.path = layout.resolve_home(path)
 
     @property
     def catalog(self) -> Catalog:
@@ -84,7 +85,7 @@ class Run:
 
     def array(self, name: str) -> np.ndarray:
         """The whole array ``name`` of this run, as numpy."""
-        return store.read_array(self.loaded.array_path(name))
+        return arrays.read_array(self.loaded.array_path(name))
 
     def shape(self, name: str) -> tuple[int, ...]:
         self.loaded.array_path(name)
@@ -148,4 +149,4 @@ def optimized_plan(wf: Workflow, home: Any, max_disk: int | None = None
         from optimizer.plan import plan_from_catalog
     except ImportError:
         raise SubZeroError("the strategy optimizer is not available in this installation") from None
-    return plan_from_catalog(wf, store.resolve_home(home), max_disk=max_disk)
+    return plan_from_catalog(wf, layout.resolve_home(home), max_disk=max_disk)

@@ -8,7 +8,7 @@ A :class:`Chunking` policy gives the chunk shape of every array of a run:
 - by default, whole rows cut into ``tasks`` chunks (the Spark session's default
   parallelism, so one wave of tasks keeps every core busy), more when a chunk would exceed
   ``max_cells``. PySpark costs tens of milliseconds per task, so fewer, larger tasks win
-  for a run; queries re-execute finer boxes of their own (see ``executor.reexecute``).
+  for a run; queries re-execute finer boxes of their own (see :func:`subzero.engine.reexec.reexecute`).
 
 An operator whose parallelization is *global* runs as one task that writes every chunk.
 
@@ -131,3 +131,11 @@ def chunk_of(cell_box: Box, chunk: Sequence[int]) -> tuple[int, ...]:
 def chunk_key(index: Sequence[int]) -> str:
     """A chunk index as a directory / catalog key: ``"0.3"`` (``"0"`` for rank 0)."""
     return ".".join(str(i) for i in index) if len(index) else "0"
+
+
+def task_grid(op: Any, out_chunks: Sequence[int]) -> list[tuple[tuple[int, ...], Box]]:
+    """The output boxes of a bound operator's tasks: one per stored chunk, or one for the
+    whole array when the operator is global (that task writes every chunk)."""
+    if op.parallelism.kind == "global":
+        return [((0,) * len(op.out_shape), Box.full(op.out_shape))]
+    return chunk_grid(op.out_shape, out_chunks)

@@ -105,7 +105,7 @@ def _load_plan_file(path: str) -> tuple[dict[str, list[str]], int | None]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from subzero.chunking import Chunking
-    from subzero.executor import run_workflow
+    from subzero.engine.runner import run_workflow
 
     wf, inputs = _build_workflow(args)
     plan, plan_budget = _load_plan_file(args.plan) if args.plan else (None, None)
@@ -149,8 +149,8 @@ def _run_summary(args: argparse.Namespace, res: Any) -> list[str]:
 
 
 def _catalog(args: argparse.Namespace):
-    from subzero.catalog import Catalog
-    from subzero.store import resolve_home
+    from subzero.engine.catalog import Catalog
+    from subzero.engine.layout import resolve_home
 
     home = resolve_home(args.home)
     path = home / "catalog.sqlite"
@@ -207,11 +207,11 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from subzero import store
-    from subzero.executor import load_run
+    from subzero.engine import arrays
+    from subzero.engine.runs import load_run
 
     run = load_run(args.home, args.run)
-    data = store.read_array(run.array_path(args.array))
+    data = arrays.read_array(run.array_path(args.array))
     out = Path(args.out)
     suffix = out.suffix.lower()
     if suffix == ".npy":

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--home", default=None)
     args = p.parse_args(argv)
-    from subzero.store import resolve_home
+    from subzero.engine.layout import resolve_home
 
     home_dir = resolve_home(args.home)
     home = ["--home", str(home_dir)]

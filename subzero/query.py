@@ -38,12 +38,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from encoders.base import LookupTimeout
-from subzero.catalog import Catalog
+from subzero.engine.catalog import Catalog
 from subzero.cells import Box, Frontier, as_linear, size_of, start_frontier, to_coords, unique
 from subzero.errors import CellError, QueryError
-from subzero.executor import LoadedRun, reexecute
+from subzero.engine.runs import LoadedRun
+from subzero.engine.reexec import reexecute
 from subzero.modes import Direction, Mode, Strategy
-from subzero.runtime import ChunkContext, PairBatch
+from subzero.runtime import ChunkContext
+from subzero.lineage import PairBatch
 
 METHODS = ("auto", "map", "stored", "reexec")
 MAX_JSON_CELLS = 10_000
@@ -226,7 +228,7 @@ class QueryExecutor:
 
     Parameters
     ----------
-    run : the run (:func:`subzero.executor.load_run`).
+    run : the run (:func:`subzero.engine.runs.load_run`).
     catalog : for statistics and the query log (opened from the run's home if None).
     where : where re-execution runs: ``"auto"`` (Spark for large re-executions when a
         session is already running, else this process), ``"driver"`` or ``"spark"``.
@@ -775,7 +777,7 @@ class QueryExecutor:
             return False
         if self.where == "spark":
             return True
-        from subzero.spark import active_session
+        from subzero.engine.spark import active_session
 
         if active_session() is None or tasks < 2:
             return False

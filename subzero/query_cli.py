@@ -34,7 +34,7 @@ def _cells(args: argparse.Namespace, shape: tuple[int, ...]) -> Any:
 def cmd_query(args: argparse.Namespace) -> int:
     from subzero.api import Run
     from subzero.cli import emit_json
-    from subzero.executor import load_run
+    from subzero.engine.runs import load_run
     from subzero.query import parse_path
 
     run = Run(load_run(args.home, args.run))

@@ -9,21 +9,22 @@ asks for ``FULL``, ``PAY`` or ``COMP`` lineage, the operator reports region pair
   many pairs in one call (the fast path: per-pixel lineage of a million pixels is one call).
 
 Cells are in *global* coordinates, in any form :func:`subzero.cells.as_linear` accepts. The
-context buffers pairs per task as :class:`PairBatch` objects; the executor hands them to one
-:class:`LineageSink` per stored strategy when the task ends.
+context buffers pairs per task as :class:`~subzero.lineage.PairBatch` objects; the engine
+hands them to one :class:`~subzero.lineage.LineageSink` per stored strategy when the task
+ends.
 """
 
 from __future__ import annotations
 
 import time
-from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from subzero.cells import Box, Ragged, as_linear, to_coords
+from subzero.cells import Box, Ragged, as_linear
 from subzero.errors import CellError
+from subzero.lineage import PairBatch
 from subzero.modes import Mode, Strategy
 
 
@@ -61,131 +62,6 @@ class ChunkContext:
         return np.asarray(local, dtype=np.int64).reshape(-1, len(self.in_shapes[i])) + np.asarray(
             self.in_boxes[i].lo, dtype=np.int64
         )
-
-
-@dataclass
-class PairBatch:
-    """A batch of region pairs in CSR form (linear indices, uint64).
-
-    Full pairs have ``ins`` (one :class:`Ragged` per input, aligned with ``out``); payload
-    pairs have ``payload`` (a Ragged of uint8 bytes, aligned with ``out``).
-    """
-
-    out: Ragged
-    ins: tuple[Ragged, ...] | None = None
-    payload: Ragged | None = None
-
-    def __post_init__(self) -> None:
-        if (self.ins is None) == (self.payload is None):
-            raise ValueError("a PairBatch holds either input cells or payloads")
-
-    @property
-    def is_payload(self) -> bool:
-        return self.payload is not None
-
-    def __len__(self) -> int:
-        return len(self.out)
-
-    @property
-    def out_cells(self) -> int:
-        return int(len(self.out.values))
-
-    @property
-    def in_cells(self) -> int:
-        return int(sum(len(r.values) for r in self.ins)) if self.ins else 0
-
-    @classmethod
-    def concat(cls, batches: Sequence["PairBatch"]) -> "PairBatch | None":
-        batches = [b for b in batches if b is not None]
-        if not batches:
-            return None
-        if len(batches) == 1:
-            return batches[0]
-        out = Ragged.concat([b.out for b in batches])
-        if batches[0].is_payload:
-            return cls(out, payload=Ragged.concat([b.payload for b in batches]))
-        n_in = len(batches[0].ins)
-        ins = tuple(Ragged.concat([b.ins[i] for b in batches]) for i in range(n_in))
-        return cls(out, ins=ins)
-
-    def payload_bytes(self, k: int) -> bytes:
-        return self.payload.row(k).tobytes()
-
-
-@dataclass(frozen=True)
-class ShardSpec:
-    """What a sink needs to know about the shard it writes (a frozen spec, no I/O)."""
-
-    home: str
-    run: str
-    op: str
-    strategy: Strategy
-    chunk: tuple[int, ...]
-    out_box: Box
-    out_shape: tuple[int, ...]
-    in_shapes: tuple[tuple[int, ...], ...]
-    attempt: int = 0
-
-
-class LineageSink(ABC):
-    """Receives one task's region pairs for one strategy and stores them somewhere.
-
-    ``write`` may be called several times; ``close`` publishes what was written and returns
-    plain-data statistics for the catalog; ``abort`` discards it.
-    """
-
-    @abstractmethod
-    def write(self, batch: PairBatch) -> None: ...
-
-    @abstractmethod
-    def close(self) -> dict[str, Any]: ...
-
-    def abort(self) -> None:  # pragma: no cover - default: nothing to clean
-        pass
-
-
-class MemorySink(LineageSink):
-    """Keeps pairs in memory: for tests, re-execution and the statistics pass."""
-
-    def __init__(self, spec: ShardSpec | None = None) -> None:
-        self.spec = spec
-        self.batches: list[PairBatch] = []
-
-    def write(self, batch: PairBatch) -> None:
-        self.batches.append(batch)
-
-    def close(self) -> dict[str, Any]:
-        b = PairBatch.concat(self.batches)
-        return {
-            "pairs": len(b) if b else 0,
-            "out_cells": b.out_cells if b else 0,
-            "in_cells": b.in_cells if b else 0,
-            "data_bytes": 0,
-            "index_bytes": 0,
-        }
-
-    @property
-    def pairs(self) -> PairBatch | None:
-        return PairBatch.concat(self.batches)
-
-
-SinkFactory = Callable[[ShardSpec], LineageSink]
-_SINKS: dict[str, SinkFactory] = {}
-
-
-def register_sink(encoding: str, factory: SinkFactory) -> None:
-    """Register the sink that stores ``encoding`` (done by the ``encoders`` package)."""
-    _SINKS[encoding] = factory
-
-
-def make_sink(spec: ShardSpec) -> LineageSink:
-    """The sink for a stored strategy: the registered encoder, else memory (no store yet)."""
-    try:
-        import encoders  # noqa: F401  (registers the LMDB sinks when present)
-    except ImportError:  # pragma: no cover
-        pass
-    factory = _SINKS.get(spec.strategy.encoding or "")
-    return factory(spec) if factory else MemorySink(spec)
 
 
 def _payload_ragged(payloads: Any, n: int) -> Ragged:
@@ -354,28 +230,4 @@ class TaskContext:
         return None
 
 
-def expand_pairs(batch: PairBatch, i: int) -> set[tuple[int, int]]:
-    """Brute-force model: the set of (out, in) linear-index pairs of input ``i``.
-
-    For tests only (it is the slow, obviously correct reading of a batch).
-    """
-    pairs: set[tuple[int, int]] = set()
-    for k in range(len(batch)):
-        for o in batch.out.row(k).tolist():
-            for v in batch.ins[i].row(k).tolist():
-                pairs.add((o, v))
-    return pairs
-
-
-__all__ = [
-    "ChunkContext",
-    "TaskContext",
-    "PairBatch",
-    "LineageSink",
-    "MemorySink",
-    "ShardSpec",
-    "register_sink",
-    "make_sink",
-    "expand_pairs",
-    "to_coords",
-]
+__all__ = ["ChunkContext", "TaskContext"]

@@ -20,7 +20,8 @@ import numpy as np
 from subzero.cells import Box, as_linear, mask_from_linear, unique
 from subzero.chunking import Chunking
 from subzero.modes import Mode
-from subzero.runtime import ChunkContext, PairBatch, TaskContext
+from subzero.runtime import ChunkContext, TaskContext
+from subzero.lineage import PairBatch
 
 
 def bind(op: Any, *inputs: np.ndarray, name: str = "op") -> Any:
@@ -35,7 +36,7 @@ def run_chunked(op: Any, inputs: Sequence[np.ndarray], split: int | Sequence[int
 
     Returns ``(output, full_pairs, payload_pairs)`` concatenated over chunks.
     """
-    from subzero.executor import task_grid
+    from subzero.chunking import task_grid
 
     cshape = Chunking(split=split).chunk_shape(op.out_shape) if op.out_shape else ()
     out = np.empty(op.out_shape, dtype=op.out_dtype if op.out_dtype.kind not in "UOT" else object)

@@ -23,20 +23,31 @@ and checks each against the modes the operator supports.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from subzero.errors import ModeError, ShapeError, WorkflowError
+from subzero.errors import ModeError, ShapeError, StoreError, WorkflowError
 from subzero.modes import (
     BLACKBOX, COMP_MANY_BWD, COMP_ONE_BWD, FULL_MANY_BWD, FULL_ONE_BWD, FULL_ONE_FWD, MAP,
     PAY_MANY_BWD, PAY_ONE_BWD, Mode, Strategy, capture_modes,
 )
-from subzero.store import parse_name
 
 Shape = tuple[int, ...]
 Plan = dict[str, list[Strategy]]
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+
+
+def parse_name(name: str, what: str = "name") -> str:
+    """An array/operator name usable as a file name, or an error naming it."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise StoreError(
+            f"{what} {name!r} is not valid: use letters, digits, '_', '-' or '.', "
+            "starting with a letter or '_'"
+        )
+    return name
 
 
 @dataclass
@@ -142,7 +153,7 @@ class Workflow:
     def add(self, name: str, op: Any, *inputs: str) -> str:
         """Add operator ``op`` named ``name`` reading the named arrays, in input order."""
         self._check_new(name)
-        from operators.base import Operator
+        from subzero.operator import Operator
 
         if not isinstance(op, Operator):
             raise WorkflowError(

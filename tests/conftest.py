@@ -15,7 +15,7 @@ SHARED_DATA = Path(os.environ.get("SUBZERO_DATA", ROOT.parent / "shared" / "data
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     """The one SparkSession of the test process (local[2], quiet)."""
-    from subzero.spark import get_spark, stop_spark
+    from subzero.engine.spark import get_spark, stop_spark
 
     # Spark's Python workers must import test-only operators (tests.*) by reference
     paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]

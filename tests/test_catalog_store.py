@@ -4,8 +4,8 @@ import sys
 import numpy as np
 import pytest
 
-from subzero import store
-from subzero.catalog import SCHEMA_VERSION, Catalog
+from subzero.engine import arrays, layout
+from subzero.engine.catalog import SCHEMA_VERSION, Catalog
 from subzero.cells import Box
 from subzero.chunking import Chunking, chunk_grid
 from subzero.errors import CatalogError, StoreError
@@ -32,7 +32,7 @@ def test_catalog_schema_version_and_runs(tmp_path):
 
 def test_stale_running_run_of_a_dead_process_is_marked_failed(tmp_path):
     path = tmp_path / "c.sqlite"
-    code = ("from subzero.catalog import Catalog; import sys; "
+    code = ("from subzero.engine.catalog import Catalog; import sys; "
             f"Catalog({str(path)!r}).create_run('wf', {{}}, None, {{}})")
     subprocess.run([sys.executable, "-c", code], check=True)
     cat = Catalog(path)  # the creating process is gone
@@ -44,25 +44,25 @@ def test_stale_running_run_of_a_dead_process_is_marked_failed(tmp_path):
 
 def test_arrays_are_never_overwritten(tmp_path):
     p = tmp_path / "a.zarr"
-    store.write_array(p, np.arange(12.0).reshape(3, 4), (2, 4))
+    arrays.write_array(p, np.arange(12.0).reshape(3, 4), (2, 4))
     with pytest.raises(StoreError, match="already exists .* \\(no overwrite\\)"):
-        store.create_array(p, (3, 4), "f8", (2, 4))
-    assert store.read_box(p, Box((1, 1), (3, 3))).tolist() == [[5.0, 6.0], [9.0, 10.0]]
+        arrays.create_array(p, (3, 4), "f8", (2, 4))
+    assert arrays.read_box(p, Box((1, 1), (3, 3))).tolist() == [[5.0, 6.0], [9.0, 10.0]]
 
 
 def test_string_arrays_roundtrip(tmp_path):
     p = tmp_path / "s.zarr"
     data = np.array([["Y", "NA"], ["c1", "L"]])
-    store.write_array(p, data, (1, 2))
-    assert store.read_array(p).tolist() == data.tolist()
+    arrays.write_array(p, data, (1, 2))
+    assert arrays.read_array(p).tolist() == data.tolist()
 
 
 def test_home_resolution(tmp_path, monkeypatch):
     monkeypatch.setenv("SUBZERO_HOME", str(tmp_path / "h"))
-    assert store.resolve_home(None) == (tmp_path / "h").resolve()
-    assert store.resolve_home(tmp_path / "x") == (tmp_path / "x").resolve()
+    assert layout.resolve_home(None) == (tmp_path / "h").resolve()
+    assert layout.resolve_home(tmp_path / "x") == (tmp_path / "x").resolve()
     monkeypatch.delenv("SUBZERO_HOME")
-    assert store.resolve_home(None).name == "subzero-home"
+    assert layout.resolve_home(None).name == "subzero-home"
 
 
 def test_chunking_policies():
@@ -79,7 +79,7 @@ def test_chunking_policies():
 
 
 def test_logged_queries_are_written_in_batches_and_seen_by_every_reader(tmp_path, monkeypatch):
-    from subzero import catalog as catalog_mod
+    from subzero.engine import catalog as catalog_mod
 
     monkeypatch.setattr(catalog_mod, "LOG_BATCH", 3)
     path = tmp_path / "catalog.sqlite"
@@ -105,7 +105,7 @@ def test_logged_queries_are_written_in_batches_and_seen_by_every_reader(tmp_path
 
 def test_queries_logged_by_a_process_are_written_when_it_exits(tmp_path):
     path = tmp_path / "catalog.sqlite"
-    code = ("import sys; from subzero.catalog import Catalog; "
+    code = ("import sys; from subzero.engine.catalog import Catalog; "
             "c = Catalog(sys.argv[1]); "
             "c.log_query('r1', 'forward', 'x', 'y', [['y', 0]], 1, 2, 0.001, [])")
     subprocess.run([sys.executable, "-c", code, str(path)], check=True)

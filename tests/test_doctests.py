@@ -16,7 +16,7 @@ def _modules() -> list[str]:
     for pkg in PACKAGES:
         mod = importlib.import_module(pkg)
         names.append(pkg)
-        names += [m.name for m in pkgutil.iter_modules(mod.__path__, pkg + ".")]
+        names += [m.name for m in pkgutil.walk_packages(mod.__path__, pkg + ".")]
     return sorted(names)
 
 

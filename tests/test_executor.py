@@ -11,14 +11,16 @@ import time
 import numpy as np
 import pytest
 
-from subzero import store
-from subzero.catalog import Catalog
+from subzero.engine import arrays, layout
+from subzero.engine.catalog import Catalog
 from subzero.cells import Box
 from subzero.chunking import Chunking
 from subzero.errors import StoreError, SubZeroError
-from subzero.executor import load_run, reexecute, run_workflow
+from subzero.engine.runs import load_run
+from subzero.engine.reexec import reexecute
+from subzero.engine.runner import run_workflow
 from subzero.modes import Mode
-from subzero.runtime import expand_pairs
+from subzero.lineage import expand_pairs
 from subzero.testing import run_chunked
 from workflows import example
 
@@ -33,7 +35,7 @@ def test_example_equals_numpy_for_1_2_and_7_chunks_per_axis(spark, home, split):
     run = load_run(home, res.run)
     ref = example.reference(example.generate_image(SHAPE, 3), np.full((1, 1), 200.0))
     for name, expect in ref.items():
-        got = store.read_array(run.array_path(name))
+        got = run.array(name)
         assert got.dtype == expect.dtype, name
         assert np.array_equal(got, expect), name  # bit-identical, halos included
     # chunked the way the tasks wrote it (a global operator's one task writes every chunk)
@@ -73,26 +75,26 @@ def test_run_directory_is_never_reused(spark, home):
     b = run_workflow(wf, home, spark=spark)
     assert a.run != b.run
     with pytest.raises(StoreError, match="no overwrite"):
-        store.create_array(store.array_path(home, a.run, "smooth"), SHAPE, "f8", SHAPE)
+        arrays.create_array(layout.array_path(home, a.run, "smooth"), SHAPE, "f8", SHAPE)
 
 
 def test_reexecution_traces_chosen_chunks_without_writing(spark, home):
     wf = example.build(shape=SHAPE)
     res = run_workflow(wf, home, chunking=Chunking(split=2), spark=spark)
     run = load_run(home, res.run)
-    before = store.stored_bytes(store.run_dir(home, res.run))
+    before = arrays.stored_bytes(layout.run_dir(home, res.run))
     got = reexecute(run, "smooth", chunks=[(1, 0)], where="driver")
     assert [r["chunk"] for r in got] == [(1, 0)]
     # the pairs are exactly the operator's own tracing of that chunk
     op = run.op("smooth")
-    calib = store.read_array(run.array_path("calibrate"))
+    calib = arrays.read_array(run.array_path("calibrate"))
     _, full, _ = run_chunked(op, [calib], 2, (Mode.FULL,))
     box_cells = set(int(v) for v in got[0]["full"].out.values)
     want = {p for p in expand_pairs(full, 0) if p[0] in box_cells}
     assert expand_pairs(got[0]["full"], 0) == want
     on_spark = reexecute(run, "smooth", where="spark")
     assert sorted(r["chunk"] for r in on_spark) == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    assert store.stored_bytes(store.run_dir(home, res.run)) == before
+    assert arrays.stored_bytes(layout.run_dir(home, res.run)) == before
     with pytest.raises(StoreError, match="has no chunk"):
         reexecute(run, "smooth", chunks=[(5, 5)])
     # any output box can be re-executed (queries re-run the tiles they touch)

@@ -9,7 +9,8 @@ from subzero.api import Run
 from subzero.cells import Box, frontier
 from subzero.chunking import Chunking
 from subzero.errors import CellError, QueryError
-from subzero.executor import load_run, run_workflow
+from subzero.engine.runs import load_run
+from subzero.engine.runner import run_workflow
 from subzero.query import QueryExecutor
 from subzero.testing import assert_sound_by_perturbation
 from tests.query_udfs import flare_workflow
@@ -194,7 +195,7 @@ def test_no_path_between_arrays(homes):
 def test_queries_are_logged(homes):
     home, runs = homes
     q = qx(homes, "example", "subzero")
-    from subzero.catalog import Catalog
+    from subzero.engine.catalog import Catalog
 
     before = len(Catalog(home / "catalog.sqlite").query_log(q.run.id))
     q.forward([(2, 2)], "image", to="bright")

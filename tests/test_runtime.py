@@ -4,7 +4,8 @@ import pytest
 from subzero.cells import Box, Ragged
 from subzero.errors import CellError
 from subzero.modes import Mode
-from subzero.runtime import ChunkContext, MemorySink, PairBatch, TaskContext, expand_pairs
+from subzero.runtime import ChunkContext, TaskContext
+from subzero.lineage import MemorySink, PairBatch, expand_pairs
 
 
 def ctx2(modes=(Mode.FULL,)):

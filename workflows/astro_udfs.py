@@ -36,7 +36,8 @@ from typing import Any, Sequence
 import numpy as np
 from scipy import ndimage
 
-from operators.base import GLOBAL, UDF, Parallelism, box_neighbours, stencil
+from subzero.operator import GLOBAL, Parallelism, stencil
+from operators.base import UDF, box_neighbours
 from subzero.cells import Ragged, dilate, to_coords
 from subzero.errors import CellError, ShapeError, WorkflowError
 from subzero.modes import Mode

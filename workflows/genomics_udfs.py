@@ -99,7 +99,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from operators.base import GLOBAL, UDF, Shape
+from subzero.operator import GLOBAL
+from operators.base import UDF, Shape
 from subzero.cells import Ragged
 from subzero.errors import ShapeError
 from subzero.modes import Mode

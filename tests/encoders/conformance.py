@@ -20,8 +20,10 @@ from hypothesis import strategies as st
 from encoders import fewcells
 from encoders.lookup import LookupTimeout, open_shard
 from subzero.cells import Box
+from subzero.engine.layout import shard_spec
 from subzero.modes import Strategy
-from subzero.runtime import PairBatch, ShardSpec, make_sink
+from subzero.lineage import PairBatch
+from encoders.sink import make_sink
 from subzero.testing import brute_backward, brute_forward
 from tests.encoders.strategies import queries, region_pairs, shapes, split_batch
 
@@ -32,7 +34,7 @@ SETTINGS = settings(max_examples=30, deadline=None,
 
 def write_shard(home, strategy: str, pairs: PairBatch | None, out_shape, in_shapes,
                 parts: int = 1, attempt: int = 0, chunk=(0,)) -> dict:
-    spec = ShardSpec(str(home), "r1", "op", Strategy.parse(strategy), chunk,
+    spec = shard_spec(home, "r1", "op", Strategy.parse(strategy), chunk,
                      Box.full(out_shape), tuple(out_shape), tuple(in_shapes), attempt)
     sink = make_sink(spec)
     if pairs is not None:

@@ -14,7 +14,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from subzero.cells import Box, Ragged, to_coords
-from subzero.runtime import PairBatch
+from subzero.lineage import PairBatch
 
 shapes = st.one_of(
     st.just(()),

@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 
 from encoders import lookup
-from subzero.catalog import Catalog
+from subzero.engine.catalog import Catalog
 from subzero.cells import as_linear, mask_from_linear, to_coords
 from subzero.chunking import Chunking
-from subzero.executor import load_run, run_workflow
+from subzero.engine.runs import load_run
+from subzero.engine.runner import run_workflow
 from subzero.modes import Mode
 from subzero.testing import payload_backward, run_chunked
 from subzero.workflow import Workflow

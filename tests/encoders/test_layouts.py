@@ -6,7 +6,7 @@ import pytest
 from encoders.lookup import open_shard
 from operators.base import box_neighbours
 from subzero.cells import Ragged, dilate, mask_from_linear, to_coords
-from subzero.runtime import PairBatch
+from subzero.lineage import PairBatch
 from tests.encoders.conformance import write_shard
 
 
@@ -47,12 +47,12 @@ def test_relative_never_stores_every_box_but_answers_the_same(tmp_path):
     from encoders.full_one import FullOne
     from encoders.store import ShardWriter
     from subzero.cells import Box
+    from subzero.engine.layout import shard_spec
     from subzero.modes import Strategy
-    from subzero.runtime import ShardSpec
 
     shape = (12, 12)
     pairs = per_pixel_box(shape, 1)
-    spec = ShardSpec(str(tmp_path), "r1", "op", Strategy.parse("full-one-bwd"), (0,),
+    spec = shard_spec(tmp_path, "r1", "op", Strategy.parse("full-one-bwd"), (0,),
                      Box.full(shape), shape, (shape,), 0)
     enc = FullOne("bwd", relative="never").encode(pairs, spec)
     st = ShardWriter(spec).write(enc, {})

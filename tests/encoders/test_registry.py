@@ -3,8 +3,10 @@ import pytest
 import encoders
 from encoders.registry import encoding_for
 from subzero.errors import ModeError
+from subzero.engine.layout import shard_spec
 from subzero.modes import STRATEGIES, Direction, Strategy
-from subzero.runtime import ShardSpec, make_sink
+
+from encoders.sink import make_sink
 
 
 @pytest.mark.parametrize("name", sorted(n for n, s in STRATEGIES.items() if s.stored))
@@ -12,7 +14,7 @@ def test_every_stored_strategy_has_its_encoding_and_an_lmdb_sink(name, tmp_path)
     s = Strategy.parse(name)
     enc = encoding_for(s)
     assert enc.name == s.encoding and enc.direction is s.direction
-    sink = make_sink(ShardSpec(str(tmp_path), "r", "op", s, (0,), None, (2,), ((2,),)))
+    sink = make_sink(shard_spec(tmp_path, "r", "op", s, (0,), None, (2,), ((2,),)))
     assert isinstance(sink, encoders.ShardSink)
 
 

@@ -18,8 +18,9 @@ from encoders.sink import ShardSink
 from operators.base import box_neighbours
 from subzero.cells import Box, Ragged, dilate, mask_from_linear, to_coords
 from subzero.errors import ModeError
+from subzero.engine.layout import shard_spec
 from subzero.modes import Strategy
-from subzero.runtime import PairBatch, ShardSpec
+from subzero.lineage import PairBatch
 from subzero.testing import brute_backward, brute_forward
 from tests.encoders.conformance import SETTINGS, check_full_lookups
 from tests.encoders.strategies import per_cell_pairs, queries, shapes
@@ -28,7 +29,7 @@ from tests.encoders.strategies import per_cell_pairs, queries, shapes
 def write(home, direction, pairs, out_shape, in_shapes, **options) -> dict:
     """Write ``pairs`` through the real sink with a FullMany of the given options."""
     strategy = Strategy.parse(f"full-many-{direction}")
-    spec = ShardSpec(str(home), "r1", "op", strategy, (0,), Box.full(out_shape),
+    spec = shard_spec(home, "r1", "op", strategy, (0,), Box.full(out_shape),
                      tuple(out_shape), tuple(tuple(s) for s in in_shapes), 0)
     sink = ShardSink(spec, encoding=FullMany(direction, **options))
     sink.write(pairs)

@@ -15,7 +15,7 @@ import pytest
 from encoders import store
 from encoders.lookup import open_shard
 from subzero.cells import Ragged
-from subzero.runtime import PairBatch
+from subzero.lineage import PairBatch
 from tests.encoders.conformance import write_shard
 
 ROOT = Path(__file__).resolve().parents[2]

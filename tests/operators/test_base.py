@@ -5,7 +5,7 @@ import pytest
 
 from operators import (Affine, Binary, CellMapping, Convolve, MappingOperator, MeanBroadcast,
                        MedianFilter, Unary, UDF)
-from operators.base import GLOBAL
+from subzero.operator import GLOBAL
 from subzero.cells import Box
 from subzero.errors import ShapeError, WorkflowError
 from subzero.modes import Mode

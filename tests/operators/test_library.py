@@ -103,7 +103,7 @@ def test_input_box_covers_the_backward_lineage_of_each_chunk(case: Case):
     """The block a task reads holds every input cell its output chunk depends on (the
     executor and forward re-execution both rely on it)."""
     from subzero.chunking import Chunking
-    from subzero.executor import task_grid
+    from subzero.chunking import task_grid
 
     op = bind(case.make(), *case.inputs)
     for _, box in task_grid(op, Chunking(split=3).chunk_shape(op.out_shape)):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from operators import GLOBAL, MeanBroadcast, Reduce
-from operators.base import BLOCKWISE
+from subzero.operator import BLOCKWISE
 from subzero.cells import Box
 from subzero.errors import ShapeError, WorkflowError
 from subzero.modes import Mode

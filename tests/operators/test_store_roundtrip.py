@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from operators import Classify, Concatenate, Copy, Reshape, Subarray, Transpose, Where
-from subzero import store
+from subzero.engine import arrays
 from subzero.chunking import Chunking
-from subzero.executor import make_jobs, run_jobs, task_grid
+from subzero.engine.tasks import make_jobs, run_jobs
+from subzero.chunking import task_grid
 from subzero.modes import Mode
 from subzero.testing import bind
 
@@ -24,15 +25,15 @@ def run_via_store(op, inputs, split: int, tmp: Path) -> np.ndarray:
     paths = []
     for k, a in enumerate(inputs):
         paths.append(tmp / f"in{k}.zarr")
-        store.write_array(paths[-1], a, chunking.chunk_shape(a.shape))
+        arrays.write_array(paths[-1], a, chunking.chunk_shape(a.shape))
     out = tmp / "out.zarr"
     cshape = chunking.chunk_shape(op.out_shape)
-    store.create_array(out, op.out_shape, op.out_dtype, cshape)
+    arrays.create_array(out, op.out_shape, op.out_dtype, cshape)
     jobs = make_jobs(tmp, "r1", op, paths, out, task_grid(op, cshape), (),
                      frozenset({Mode.BLACKBOX}))
     for r in run_jobs(jobs, None):
         assert "error" not in r, r.get("error")
-    return store.read_array(out)
+    return arrays.read_array(out)
 
 
 @pytest.mark.parametrize("make, inputs, expected", [

@@ -4,7 +4,8 @@ import numpy as np
 
 from optimizer.stats import ModeStats, _tile_stats, sample_boxes
 from subzero.cells import Box, Ragged
-from subzero.runtime import ChunkContext, PairBatch
+from subzero.runtime import ChunkContext
+from subzero.lineage import PairBatch
 
 
 def test_mode_stats_round_trip_through_catalog_rows():

@@ -9,7 +9,7 @@ from operators import Affine, Binary, Convolve
 from optimizer.stats import ModeStats, OpProfile
 from optimizer.workload import (Workload, WorkloadError, everything, from_file, from_queries,
                                 from_query_log)
-from subzero.catalog import Catalog
+from subzero.engine.catalog import Catalog
 from subzero.modes import Mode
 from subzero.workflow import Workflow
 

@@ -552,7 +552,8 @@ PLANS = {
 @pytest.mark.spark
 def test_queries_agree_across_stored_strategies_and_reexecution(spark, tmp_path):
     from subzero.chunking import Chunking
-    from subzero.executor import load_run, run_workflow
+    from subzero.engine.runs import load_run
+    from subzero.engine.runner import run_workflow
     from subzero.query import QueryExecutor
 
     runs = {}

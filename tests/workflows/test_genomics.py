@@ -5,7 +5,8 @@ import pytest
 
 from subzero.api import Run
 from subzero.errors import WorkflowError
-from subzero.executor import load_run, run_workflow
+from subzero.engine.runs import load_run
+from subzero.engine.runner import run_workflow
 from workflows import genomics
 from workflows.genomics_udfs import confusion
 

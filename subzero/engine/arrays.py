@@ -1,21 +1,12 @@
-"""Home directory layout and the zarr array store.
+"""The zarr array store: every operator output of every run, chunked like its tasks.
 
-::
-
-    <home>/catalog.sqlite
-    <home>/runs/<run>/arrays/<array>.zarr        every operator output, chunked like its tasks
-    <home>/runs/<run>/lineage/<op>/<strategy>/<chunk>/   one lineage shard
-    <home>/runs/<run>/workflow.pkl              the bound workflow (for re-execution)
-    <home>/logs/spark.log                       Spark's own log output
-
-Home is ``--home``, else ``$SUBZERO_HOME``, else ``./subzero-home``. Arrays are never
-overwritten ("no overwrite"): creating an array that exists is an error.
+Arrays are never overwritten ("no overwrite"): creating an array that exists is an error.
+Where each array lives is :mod:`subzero.engine.layout`'s business.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -23,37 +14,6 @@ import numpy as np
 
 from subzero.cells import Box
 from subzero.errors import StoreError
-
-DEFAULT_HOME = "subzero-home"
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
-
-
-def resolve_home(home: str | os.PathLike | None = None) -> Path:
-    """``home`` if given, else ``$SUBZERO_HOME``, else ``./subzero-home`` (absolute)."""
-    h = home or os.environ.get("SUBZERO_HOME") or DEFAULT_HOME
-    return Path(h).expanduser().resolve()
-
-
-def parse_name(name: str, what: str = "name") -> str:
-    """An array/operator name usable as a file name, or an error naming it."""
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise StoreError(
-            f"{what} {name!r} is not valid: use letters, digits, '_', '-' or '.', "
-            "starting with a letter or '_'"
-        )
-    return name
-
-
-def run_dir(home: Path, rid: str) -> Path:
-    return Path(home) / "runs" / rid
-
-
-def array_path(home: Path, rid: str, name: str) -> Path:
-    return run_dir(home, rid) / "arrays" / f"{name}.zarr"
-
-
-def lineage_dir(home: Path, rid: str) -> Path:
-    return run_dir(home, rid) / "lineage"
 
 
 def _is_text(dtype: np.dtype) -> bool:

@@ -1,0 +1,81 @@
+"""The home directory's layout: every path of a run, built in one place.
+
+::
+
+    <home>/catalog.sqlite                              runs, arrays, shards, statistics
+    <home>/runs/<run>/workflow.pkl                     the bound workflow (re-execution)
+    <home>/runs/<run>/arrays/<array>.zarr              every operator output
+    <home>/runs/<run>/lineage/<op>/<strategy>/<chunk>/ one lineage shard
+    <home>/logs/spark.log                              Spark's own log output
+
+Home is ``--home``, else ``$SUBZERO_HOME``, else ``./subzero-home``.
+
+>>> from pathlib import Path
+>>> shard_dir(Path("/h"), "r1", "smooth", "full-one-bwd", (0, 1)).as_posix()
+'/h/runs/r1/lineage/smooth/full-one-bwd/0.1'
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+from subzero.cells import Box
+from subzero.chunking import chunk_key
+from subzero.lineage import ShardSpec
+from subzero.modes import Strategy
+
+DEFAULT_HOME = "subzero-home"
+CATALOG = "catalog.sqlite"
+WORKFLOW_FILE = "workflow.pkl"
+
+
+def resolve_home(home: str | os.PathLike | None = None) -> Path:
+    """``home`` if given, else ``$SUBZERO_HOME``, else ``./subzero-home`` (absolute)."""
+    h = home or os.environ.get("SUBZERO_HOME") or DEFAULT_HOME
+    return Path(h).expanduser().resolve()
+
+
+def catalog_path(home: Path) -> Path:
+    return Path(home) / CATALOG
+
+
+def logs_dir(home: Path) -> Path:
+    return Path(home) / "logs"
+
+
+def run_dir(home: Path, rid: str) -> Path:
+    return Path(home) / "runs" / rid
+
+
+def workflow_path(home: Path, rid: str) -> Path:
+    return run_dir(home, rid) / WORKFLOW_FILE
+
+
+def arrays_dir(home: Path, rid: str) -> Path:
+    return run_dir(home, rid) / "arrays"
+
+
+def array_path(home: Path, rid: str, name: str) -> Path:
+    return arrays_dir(home, rid) / f"{name}.zarr"
+
+
+def strategy_dir(home: Path, rid: str, op: str, strategy: str) -> Path:
+    """Every shard one operator stored with one strategy (``strategy``: its name)."""
+    return run_dir(home, rid) / "lineage" / op / str(strategy)
+
+
+def shard_dir(home: Path, rid: str, op: str, strategy: str, chunk: Sequence[int]) -> Path:
+    """One shard: the lineage of one operator, strategy and output chunk."""
+    return strategy_dir(home, rid, op, strategy) / chunk_key(chunk)
+
+
+def shard_spec(home: Path, rid: str, op: str, strategy: Strategy, chunk: Sequence[int],
+               out_box: Box, out_shape: Sequence[int], in_shapes: Sequence[Sequence[int]],
+               attempt: int = 0) -> ShardSpec:
+    """The spec of one shard of a run, placed at its :func:`shard_dir`."""
+    chunk = tuple(int(c) for c in chunk)
+    return ShardSpec(str(shard_dir(home, rid, op, strategy.name, chunk)), rid, op, strategy,
+                     chunk, out_box, tuple(out_shape), tuple(tuple(s) for s in in_shapes),
+                     attempt)

@@ -1,0 +1,82 @@
+"""A finished run as queries and re-execution see it: its catalog rows and bound workflow."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from subzero.engine import layout
+from subzero.engine.arrays import read_array
+from subzero.engine.catalog import Catalog
+from subzero.errors import StoreError, WorkflowError
+from subzero.modes import Strategy
+from subzero.operator import Operator
+from subzero.workflow import Workflow
+
+
+@dataclass
+class LoadedRun:
+    """A finished run as the query side sees it: catalog rows plus the bound workflow."""
+
+    home: Path
+    id: str
+    info: dict[str, Any]
+    workflow: Workflow
+    arrays: dict[str, dict[str, Any]]
+    operators: dict[str, dict[str, Any]]
+
+    def array_path(self, name: str) -> Path:
+        if name not in self.arrays:
+            raise StoreError(
+                f"run {self.id} has no array {name!r} (arrays: {', '.join(self.arrays)})"
+            )
+        return layout.array_path(self.home, self.id, name)
+
+    def array(self, name: str) -> np.ndarray:
+        """The whole array ``name`` of this run, as numpy."""
+        return read_array(self.array_path(name))
+
+    def op(self, name: str) -> Operator:
+        if name not in self.workflow.ops:
+            raise WorkflowError(
+                f"run {self.id} has no operator {name!r} "
+                f"(operators: {', '.join(self.workflow.order)})"
+            )
+        return self.workflow.ops[name]
+
+    def strategies(self, name: str) -> list[Strategy]:
+        return [Strategy.parse(s) for s in self.operators[name]["strategies"]]
+
+    def chunks(self, name: str) -> tuple[int, ...]:
+        return tuple(self.arrays[name]["chunks"])
+
+
+def load_run(home: str | os.PathLike | None, rid: str, catalog: Catalog | None = None,
+             require_complete: bool = True) -> LoadedRun:
+    home = layout.resolve_home(home)
+    cat = catalog or Catalog(layout.catalog_path(home))
+    try:
+        info = cat.run(rid)
+        rid = info["id"]
+        if require_complete and info["status"] != "complete":
+            raise StoreError(
+                f"run {rid} is {info['status']}"
+                + (f" ({info['error']})" if info.get("error") else "")
+                + "; only complete runs can be queried"
+            )
+        path = layout.workflow_path(home, rid)
+        try:
+            with open(path, "rb") as f:
+                wf = pickle.load(f)
+        except FileNotFoundError:
+            raise StoreError(f"run {rid} has lost its workflow file {path}") from None
+        wf.validate()
+        return LoadedRun(home, rid, info, wf, cat.arrays(rid), cat.operators(rid))
+    finally:
+        if catalog is None:
+            cat.close()
