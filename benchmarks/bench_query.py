@@ -28,7 +28,8 @@ from _common import emit, parser, timed  # noqa: E402
 import numpy as np  # noqa: E402
 
 from operators import Affine, Binary, Convolve, MedianFilter, Unary  # noqa: E402
-from subzero.cells import Box, frontier  # noqa: E402
+from subzero.cells import Box
+from subzero.frontier import frontier  # noqa: E402
 from subzero.engine.runs import load_run
 from subzero.engine.runner import run_workflow  # noqa: E402
 from subzero.query import QueryExecutor  # noqa: E402

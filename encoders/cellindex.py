@@ -30,7 +30,7 @@ import numpy as np
 from encoders.base import ShardData, Table, check_deadline
 from encoders.csr import gather_index, interleave, offsets_from_lengths, uniq
 from encoders.fewcells import record_span
-from encoders.frontier import clip_range, member
+from subzero.frontier import clip_range, member
 from encoders.varint import read_prefix_varint, varint_decode, varint_encode
 
 BUCKET_BITS = 8

@@ -64,7 +64,7 @@ def _unzigzag(u: int) -> int:
 
 def touching(q: Sequence[int], space: dict | None, shape: Sequence[int]) -> list[int]:
     """The cells of ``q`` inside a key space (its linear range and bounding box), the test
-    :func:`encoders.frontier.touches` makes, kept per cell."""
+    :func:`encoders.keyspace.touches` makes, kept per cell."""
     if not space or not space.get("count"):
         return []
     lo_lin, hi_lin = space["lin"]

@@ -19,7 +19,7 @@ entries are groups.
 
 Lookups read the entries and groups the R-tree finds, or scan them all when the frontier
 has so many runs that probing would cost more (and always in the mismatched direction);
-cells are tested against a large frontier with a dense mask (:class:`encoders.frontier.
+cells are tested against a large frontier with a dense mask (:class:`subzero.frontier.
 Members`), so a scan costs about a microsecond per plain entry.
 
 >>> FullMany("fwd").direction.value
@@ -51,7 +51,8 @@ from encoders.csr import (
     union_by_owner,
     uniq,
 )
-from encoders.frontier import Members, lin_range_box, touches
+from subzero.frontier import Members
+from encoders.keyspace import lin_range_box, touches
 from encoders.hashing import dedup_rows
 from encoders.pairs import lineage_pairs
 from encoders.varint import varint_encode

@@ -35,7 +35,8 @@ from encoders.csr import (
     uniq,
     uniq_inverse,
 )
-from encoders.frontier import lin_range_box, member, touches
+from encoders.keyspace import lin_range_box, touches
+from subzero.frontier import is_dense, member
 from encoders.hashing import dedup_rows, finish_hash, poly_hash
 from encoders.pairs import KeyGroups, group_keys, lineage_pairs
 from encoders.varint import varint_encode
@@ -44,7 +45,6 @@ from subzero.modes import Direction
 from subzero.lineage import PairBatch, ShardSpec
 
 HEAP = "heap"
-SPILL = 16  # answers over 1/SPILL of their array go into a caller's mask (``into``)
 SCATTER_RECORDS = 256  # up to this many records may be scattered from their bytes
 SAMPLE = 1 << 16  # keys hashed to choose absolute or relative sets
 
@@ -141,7 +141,8 @@ def union_for_keys(shard: ShardData, cells: np.ndarray, refs: np.ndarray, set_in
     """Union of one set over the looked-up keys (sorted unique uint64).
 
     ``into`` (a flat bool array over the set's array): a large union (more than
-    ``1/SPILL`` of it) is set True there instead, sparing the sort, and None is returned.
+    ``1/SPARSE_FRACTION`` of it, :func:`subzero.frontier.is_dense`) is set True there
+    instead, sparing the sort, and None is returned.
     """
     if len(cells) == 0:
         return np.empty(0, dtype=np.uint64)
@@ -149,7 +150,7 @@ def union_for_keys(shard: ShardData, cells: np.ndarray, refs: np.ndarray, set_in
         # one set per record: large absolute lists go straight from bytes to the mask
         uref = uniq(refs)
         body, boff = cellindex.read_records(shard.blob(HEAP), uref)
-        if len(body) * SPILL > len(into) and scatter_lists(body, boff, into):
+        if is_dense(len(body), len(into)) and scatter_lists(body, boff, into):
             return None
     vals, offs, rel, inv = decode_set(shard, refs, set_index, shapes)
     if rel.any():
@@ -157,7 +158,7 @@ def union_for_keys(shard: ShardData, cells: np.ndarray, refs: np.ndarray, set_in
         vals = add_anchors(vals, offs, rel[inv], cells)
     elif len(offs) == 2:
         return vals  # one record: its set is sorted and distinct already
-    if into is not None and len(vals) * SPILL > len(into):
+    if into is not None and is_dense(len(vals), len(into)):
         into[vals.astype(np.intp)] = True
         return None
     return uniq(vals)
@@ -235,7 +236,7 @@ class FullOne(Encoding):
                                     fewcells.touching(q.tolist(), space, key_shape))
             got = fewcells.union(shard, HEAP, found, set_index, shapes)
             if got is not None:
-                if into is not None and len(got) * SPILL > len(into):
+                if into is not None and is_dense(len(got), len(into)):
                     into[got.astype(np.intp)] = True  # as large answers always are
                     return None
                 return got

@@ -26,8 +26,8 @@ import numpy as np
 
 from encoders.base import LookupTimeout, check_deadline
 from encoders.csr import uniq
-from encoders.frontier import as_query
-from encoders.full_one import SPILL, FullOne
+from subzero.frontier import as_query, is_dense
+from encoders.full_one import FullOne
 from encoders.registry import encoding_class
 from encoders.store import LmdbShard, read_meta
 from subzero.cells import Box
@@ -122,7 +122,7 @@ class ShardReader:
 
 def _spill(got: np.ndarray, into: np.ndarray | None) -> np.ndarray | None:
     """``got``, or None after setting it in ``into`` when it is large (see ``backward``)."""
-    if into is None or len(got) * SPILL <= len(into):
+    if into is None or not is_dense(len(got), len(into)):
         return got
     into[got.astype(np.intp)] = True
     return None

@@ -26,7 +26,7 @@ import numpy as np
 
 from encoders.base import ShardData, SpatialIndex, Table, check_deadline
 from encoders.cellindex import record_tokens
-from encoders.frontier import row_bboxes, run_boxes
+from encoders.keyspace import row_bboxes, run_boxes
 from subzero.cells import Ragged
 
 TABLE = "e"

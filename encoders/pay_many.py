@@ -18,7 +18,8 @@ from encoders import pairtable
 from encoders.base import EncodedShard, Encoding, Estimate, ShardData
 from encoders.codec import decode_sets, set_tokens
 from encoders.csr import interleave, offsets_from_lengths, segment_any, take_rows, union_by_owner
-from encoders.frontier import lin_range_box, member, touches
+from encoders.keyspace import lin_range_box, touches
+from subzero.frontier import member
 from encoders.hashing import dedup_rows
 from encoders.pairs import lineage_pairs
 from encoders.payloads import payload_ids, read_section, section_tokens

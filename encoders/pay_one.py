@@ -18,7 +18,7 @@ import numpy as np
 from encoders import cellindex
 from encoders.base import EncodedShard, Encoding, Estimate, ShardData, check_deadline
 from encoders.csr import take_rows, uniq_inverse
-from encoders.frontier import lin_range_box, touches
+from encoders.keyspace import lin_range_box, touches
 from encoders.hashing import dedup_rows
 from encoders.pairs import group_keys, lineage_pairs
 from encoders.payloads import join_bytes, payload_ids, read_section, section_tokens

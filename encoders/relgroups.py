@@ -58,7 +58,8 @@ from encoders.csr import (
     segment_any,
     take_rows,
 )
-from encoders.frontier import Members, coords, row_bboxes
+from subzero.frontier import Members
+from encoders.keyspace import coords, row_bboxes
 from encoders.hashing import dedup_rows
 from encoders.varint import varint_encode
 from subzero.cells import Ragged

@@ -228,7 +228,7 @@ def from_queries(queries: Sequence[Mapping[str, Any]], wf: Any,
                 q["to"] = nq.to
             if "cells" not in q and run is not None:
                 from subzero.api import Run
-                from subzero.cells import frontier
+                from subzero.frontier import frontier
 
                 q["cells"] = int(np.count_nonzero(frontier(wf.array_shape(nq.start),
                                                            nq.cells(Run(run)))))

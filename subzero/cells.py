@@ -1,4 +1,4 @@
-"""Cells, boxes, ragged cell sets and boolean frontiers.
+"""Cells, boxes, ragged cell sets, and the box dilation of a mask.
 
 A *cell* is a coordinate in one array. In bulk SubZero handles cells in three forms:
 
@@ -8,8 +8,8 @@ A *cell* is a coordinate in one array. In bulk SubZero handles cells in three fo
   order),
 - a :class:`Box`, a half-open rectangle ``[lo, hi)``.
 
-A *frontier* is a numpy bool array with the array's shape: the set of cells a query has
-reached so far. Everything here is vectorized; no function loops over cells in Python.
+Frontiers (the sets of cells a query reaches) are :mod:`subzero.frontier`'s. Everything here
+is vectorized; no function loops over cells in Python.
 
 Examples
 --------
@@ -290,122 +290,6 @@ def to_coords(linear: np.ndarray, shape: Sequence[int]) -> np.ndarray:
     if len(shape) == 0:
         return np.zeros((len(linear), 0), dtype=np.int64)
     return np.stack(np.unravel_index(linear, tuple(shape)), axis=1).astype(np.int64)
-
-
-def frontier(shape: Sequence[int], cells: Any = None) -> np.ndarray:
-    """A bool frontier of ``shape`` holding ``cells`` (any form :func:`as_linear` takes)."""
-    shape = tuple(shape)
-    mask = np.zeros(shape, dtype=bool)
-    if cells is not None:
-        mask.reshape(-1)[as_linear(cells, shape).astype(np.intp)] = True
-    return mask
-
-
-def mask_from_linear(linear: np.ndarray, shape: Sequence[int]) -> np.ndarray:
-    """Frontier from trusted in-range linear indices (no checks: hot path)."""
-    mask = np.zeros(tuple(shape), dtype=bool)
-    mask.reshape(-1)[np.asarray(linear, dtype=np.intp)] = True
-    return mask
-
-
-class Frontier:
-    """The cells of one array during a query: sorted unique uint64 linear indices (a few
-    cells) or a bool mask (many), each computed from the other on first use and kept, so a
-    step costs in proportion to the cells it touches, not to the array, until some step
-    needs the mask (a mapping function does).
-
-    >>> f = Frontier((3, 4), lin=np.array([1, 6], np.uint64))
-    >>> f.n, int(f.mask.sum()), f.meets(Box((1, 0), (2, 4)))
-    (2, 2, True)
-    >>> f.union(Frontier((3, 4), lin=np.array([6, 7], np.uint64))).lin.tolist()
-    [1, 6, 7]
-    """
-
-    __slots__ = ("shape", "size", "_lin", "_mask", "_n")
-
-    #: a union stays sparse while it holds at most ``size // SPARSE_FRACTION`` cells
-    SPARSE_FRACTION = 16
-
-    def __init__(self, shape: Sequence[int], *, lin: np.ndarray | None = None,
-                 mask: np.ndarray | None = None, n: int | None = None) -> None:
-        if (lin is None) == (mask is None):
-            raise ValueError("a Frontier holds linear indices or a mask")
-        self.shape = tuple(int(s) for s in shape)
-        self.size = size_of(self.shape)
-        self._lin, self._mask = lin, mask
-        self._n = len(lin) if lin is not None else n
-
-    @classmethod
-    def of(cls, f: Any, n: int | None = None) -> "Frontier":
-        """``f`` itself if a Frontier, else one over the bool mask ``f`` (holding ``n``
-        cells, when known)."""
-        if isinstance(f, Frontier):
-            return f
-        mask = np.asarray(f, dtype=bool)
-        return cls(mask.shape, mask=mask, n=None if n is None else int(n))
-
-    @property
-    def n(self) -> int:
-        """How many cells."""
-        if self._n is None:
-            self._n = int(np.count_nonzero(self._mask))
-        return self._n
-
-    @property
-    def lin(self) -> np.ndarray:
-        """Sorted unique uint64 linear indices."""
-        if self._lin is None:
-            self._lin = np.flatnonzero(self._mask).astype(np.uint64)
-        return self._lin
-
-    @property
-    def mask(self) -> np.ndarray:
-        """The bool mask (shared: do not modify it)."""
-        if self._mask is None:
-            self._mask = mask_from_linear(self._lin, self.shape)
-        return self._mask
-
-    @property
-    def full(self) -> bool:
-        return self.n == self.size
-
-    def meets(self, box: Box) -> bool:
-        """Whether a cell lies in ``box``."""
-        if self._mask is not None:
-            return bool(self._mask[box.slices].any())
-        if not len(self._lin):
-            return False
-        c = to_coords(self._lin, self.shape)
-        return bool(((c >= np.asarray(box.lo, dtype=np.int64))
-                     & (c < np.asarray(box.hi, dtype=np.int64))).all(axis=1).any())
-
-    def union(self, other: "Frontier") -> "Frontier":
-        for x, y in ((self, other), (other, self)):
-            if x._n == 0:  # nothing to add (counts known for free only)
-                return y
-        a, b = (self, other) if self._mask is not None else (other, self)
-        if a._mask is None:  # both sparse
-            if a.n + b.n <= self.size // self.SPARSE_FRACTION:
-                return Frontier(self.shape, lin=unique(np.concatenate([a._lin, b._lin])))
-            return Frontier(self.shape, mask=a.mask | b.mask)
-        if b._mask is not None:
-            return Frontier(self.shape, mask=a._mask | b._mask)
-        mask = a._mask.copy()  # a mask and a few cells: set them in a copy
-        mask.reshape(-1)[b._lin.astype(np.intp)] = True
-        return Frontier(self.shape, mask=mask)
-
-
-def start_frontier(shape: Sequence[int], cells: Any = None) -> Frontier:
-    """The frontier a query starts from: a bool mask of the array's shape as it is, any
-    other form :func:`as_linear` takes as sorted distinct cells (checked)."""
-    shape = tuple(int(s) for s in shape)
-    if isinstance(cells, np.ndarray) and cells.dtype == bool and cells.shape == shape:
-        return Frontier(shape, mask=cells)
-    if cells is None:
-        return Frontier(shape, lin=np.empty(0, dtype=np.uint64))
-    lin = as_linear(cells, shape)
-    # a box's cells come sorted and distinct (C order); other forms may not
-    return Frontier(shape, lin=lin if isinstance(cells, Box) else unique(lin))
 
 
 def any_over(mask: np.ndarray, axes: Sequence[int], keepdims: bool = True) -> np.ndarray:

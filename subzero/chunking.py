@@ -8,7 +8,8 @@ A :class:`Chunking` policy gives the chunk shape of every array of a run:
 - by default, whole rows cut into ``tasks`` chunks (the Spark session's default
   parallelism, so one wave of tasks keeps every core busy), more when a chunk would exceed
   ``max_cells``. PySpark costs tens of milliseconds per task, so fewer, larger tasks win
-  for a run; queries re-execute finer boxes of their own (see :func:`subzero.engine.reexec.reexecute`).
+  for a run; queries re-execute finer boxes of their own (see
+  :func:`subzero.engine.reexec.reexecute`).
 
 An operator whose parallelization is *global* runs as one task that writes every chunk.
 

@@ -39,7 +39,8 @@ import numpy as np
 
 from encoders.base import LookupTimeout
 from subzero.engine.catalog import Catalog
-from subzero.cells import Box, Frontier, as_linear, size_of, start_frontier, to_coords, unique
+from subzero.cells import Box, as_linear, size_of, to_coords, unique
+from subzero.frontier import Frontier, start_frontier
 from subzero.errors import CellError, QueryError
 from subzero.engine.runs import LoadedRun
 from subzero.engine.reexec import reexecute

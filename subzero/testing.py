@@ -17,7 +17,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from subzero.cells import Box, as_linear, mask_from_linear, unique
+from subzero.cells import Box, as_linear, unique
+from subzero.frontier import mask_from_linear
 from subzero.chunking import Chunking
 from subzero.modes import Mode
 from subzero.runtime import ChunkContext, TaskContext

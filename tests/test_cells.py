@@ -4,8 +4,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from subzero.cells import (Box, Ragged, as_linear, dilate, frontier, mask_from_linear,
-                           to_coords, unique)
+from subzero.cells import Box, Ragged, as_linear, dilate, to_coords, unique
+from subzero.frontier import frontier, mask_from_linear
 from subzero.errors import CellError
 
 
@@ -125,7 +125,7 @@ def test_any_over_is_numpy_any(data):
 
 
 def test_frontier_keeps_sparse_and_dense_forms_consistent():
-    from subzero.cells import Frontier, start_frontier
+    from subzero.frontier import Frontier, start_frontier
 
     shape = (40, 50)
     rng = np.random.default_rng(3)

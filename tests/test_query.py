@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from subzero.api import Run
-from subzero.cells import Box, frontier
+from subzero.cells import Box
+from subzero.frontier import frontier
 from subzero.chunking import Chunking
 from subzero.errors import CellError, QueryError
 from subzero.engine.runs import load_run

@@ -5,7 +5,8 @@ import pytest
 
 from encoders import lookup
 from subzero.engine.catalog import Catalog
-from subzero.cells import as_linear, mask_from_linear, to_coords
+from subzero.cells import as_linear, to_coords
+from subzero.frontier import mask_from_linear
 from subzero.chunking import Chunking
 from subzero.engine.runs import load_run
 from subzero.engine.runner import run_workflow

@@ -5,7 +5,8 @@ import pytest
 
 from encoders.lookup import open_shard
 from operators.base import box_neighbours
-from subzero.cells import Ragged, dilate, mask_from_linear, to_coords
+from subzero.cells import Ragged, dilate, to_coords
+from subzero.frontier import mask_from_linear
 from subzero.lineage import PairBatch
 from tests.encoders.conformance import write_shard
 

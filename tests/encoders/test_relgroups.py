@@ -10,13 +10,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from encoders import frontier, pairtable, relgroups
-from encoders.frontier import Members, coords
+from encoders import pairtable, relgroups
+from subzero import frontier
+from subzero.frontier import Members
+from encoders.keyspace import coords
 from encoders.full_many import FullMany
 from encoders.lookup import open_shard
 from encoders.sink import ShardSink
 from operators.base import box_neighbours
-from subzero.cells import Box, Ragged, dilate, mask_from_linear, to_coords
+from subzero.cells import Box, Ragged, dilate, to_coords
+from subzero.frontier import mask_from_linear
 from subzero.errors import ModeError
 from subzero.engine.layout import shard_spec
 from subzero.modes import Strategy

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from subzero.cells import frontier
+from subzero.frontier import frontier
 from subzero.errors import ShapeError
 from subzero.modes import Mode
 from subzero.runtime import TaskContext
