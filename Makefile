@@ -34,9 +34,10 @@ $(STAMP): setup.cfg pyproject.toml
 install: $(STAMP)
 
 demo: check-java $(STAMP)
-	$(BIN)/python -m subzero.demo --home $(HOME_DIR)
+	$(BIN)/python -m subzero.cli.demo --home $(HOME_DIR)
 
 test: check-java $(STAMP)
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
 bench: check-java $(STAMP)

@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -44,10 +45,11 @@ from _common import emit, parser, timed  # noqa: E402
 import encoders  # noqa: E402,F401  (registers the sinks)
 from encoders import lookup  # noqa: E402
 from encoders.full_one import FullOne  # noqa: E402
-from encoders.registry import encoding_for  # noqa: E402
+from encoders.sizes import disk_bytes, features  # noqa: E402
 from encoders.sink import ShardSink  # noqa: E402
 from encoders.store import read_meta  # noqa: E402
 from operators.base import box_neighbours  # noqa: E402
+from optimizer.calibration import load_calibration  # noqa: E402
 from subzero.cells import Box, Ragged, to_coords  # noqa: E402
 from subzero.engine.layout import shard_spec
 from subzero.modes import Strategy  # noqa: E402
@@ -180,8 +182,24 @@ def query_times(path: str, payload: bool, q_out: np.ndarray, q_in: np.ndarray, r
         r.close()
 
 
-def measure_point(fanin: int, fanout: int, home: Path, wrep: int, qrep: int
-                  ) -> list[dict[str, Any]]:
+def lineage_stats(batch: PairBatch) -> SimpleNamespace:
+    """The counts the size model's features read (as the optimizer's statistics pass
+    computes them) of the pairs one shard holds."""
+    out = {"pairs": len(batch), "out_cells": float(batch.out_cells),
+           "out_distinct": float(len(np.unique(batch.out.values)))}
+    if batch.is_payload:
+        plen = batch.payload.lengths.astype(np.float64)
+        return SimpleNamespace(**out, in_cells=0.0, in_distinct=0.0,
+                               payload_bytes=float(plen.sum()),
+                               payload_cell_bytes=float((plen * batch.out.lengths).sum()))
+    return SimpleNamespace(**out, in_cells=float(batch.in_cells),
+                           in_distinct=float(sum(len(np.unique(r.values)) for r in batch.ins)),
+                           payload_bytes=0.0, payload_cell_bytes=0.0)
+
+
+def measure_point(fanin: int, fanout: int, home: Path, wrep: int, qrep: int,
+                  coefficients: Any = None) -> list[dict[str, Any]]:
+    """``coefficients``: the size model's (``encoders.sizes``; None: its defaults)."""
     pairs, offsets = make_pairs(fanin, fanout)
     rng = np.random.default_rng(1)
     q_out = np.unique(rng.choice(np.unique(pairs.out.values), 1000, replace=False))
@@ -194,14 +212,14 @@ def measure_point(fanin: int, fanout: int, home: Path, wrep: int, qrep: int
             batch = pairs if kind is None else payload_batch(pairs, offsets, kind)
             w, st = write(home, strategy, batch, wrep)
             tb, tf, nb, nf = query_times(st["path"], kind is not None, q_out, q_in, qrep)
-            model = encoding_for(strategy).estimate(len(pairs), pairs.out_cells, fanin,
-                                                    4.0 * fanin)
+            model = disk_bytes(coefficients, strategy,
+                               features(lineage_stats(batch), strategy, shards=1))
             row = dict(base, encoding=enc, direction=direction, write_s=w,
                        disk_bytes=int(st["data_bytes"] + st["index_bytes"]),
                        backward_s=tb, forward_s=tf, data_bytes=int(st["data_bytes"]),
                        index_bytes=int(st["index_bytes"]), records=int(st["records"]),
                        backward_cells=nb, forward_cells=nf,
-                       model_disk_bytes=float(model.disk_bytes))
+                       model_disk_bytes=float(model))
             if kind is not None:
                 row["payloads"] = kind
             rows.append(row)
@@ -354,8 +372,10 @@ def lmdb_section(home: Path) -> dict[str, Any]:
 
 
 def model_accuracy(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """How far the size model (``encoders.cost``) is from the measured bytes: the ratio
-    measured / predicted per encoding (payloads: distinct, the model's worst case)."""
+    """How far the size model (``encoders.sizes``, with this machine's calibrated
+    coefficients) is from the measured bytes: the ratio measured / predicted per encoding
+    (payload rows: the distinct kind only, as its features cannot tell repeated payloads
+    from distinct ones)."""
     out: dict[str, Any] = {}
     for r in rows:
         if "model_disk_bytes" not in r or r.get("payloads") == "repeated":
@@ -460,11 +480,12 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="sz-bench-enc-"))
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
+    coefficients = load_calibration().encoders
     try:
         for fo in fanouts:
             for fi in fanins:
                 print(f"fanout {fo}, fanin {fi}", file=sys.stderr)
-                rows += measure_point(fi, fo, tmp, wrep, qrep)
+                rows += measure_point(fi, fo, tmp, wrep, qrep, coefficients)
         rel = relative_section(tmp, (1,) if args.quick else (1, 3), 512, 1 if args.quick else 3)
         many_rel = many_relative_section(tmp, 512 if args.quick else 1024, 1 if args.quick else 3)
         lm = lmdb_section(tmp)

@@ -115,7 +115,7 @@ def main() -> None:
         for side in (1, 64, 128, 256, 512, 1024, 2000):
             box = Box((0, 0), (min(side, SHAPE[0]), min(side, SHAPE[1])))
             f = frontier(SHAPE, box)
-            tiles, cells = q._tiles(op, 0, True, f)
+            tiles, cells = q.tiles(op, 0, True, f)
             med, times, _ = timed(lambda: q.step("smooth1", 0, "backward", f, "reexec"), repeat)
             tile_rows.append({"box": str(box), "frontier_cells": int(f.sum()), "tiles": len(tiles),
                               "rerun_cells": cells, "median_s": med,

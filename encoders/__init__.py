@@ -10,14 +10,25 @@ encoding       layout                                                           
 ``PayMany``    one entry per region pair (output cells + payload) + R-tree         out
 =============  =================================================================  =========
 
-Modules: :mod:`~encoders.base` (interfaces only), one module per encoding
-(:mod:`~encoders.full_one`, :mod:`~encoders.full_many`, :mod:`~encoders.pay_one`,
-:mod:`~encoders.pay_many`) on two shared layouts (:mod:`~encoders.cellindex`,
-:mod:`~encoders.pairtable`; FullMany's grouped entries: :mod:`~encoders.relgroups`), byte
-codecs (:mod:`~encoders.codec` for cell sets, :mod:`~encoders.varint`,
-:mod:`~encoders.hashing`, :mod:`~encoders.csr`, :mod:`~encoders.payloads`), the LMDB/R-tree
-store (:mod:`~encoders.store`), the sink the engine writes through (:mod:`~encoders.sink`),
-batched lookups (:mod:`~encoders.lookup`) and a size/cost model (:mod:`~encoders.cost`).
+=================================  ==========================================================
+module                             holds
+=================================  ==========================================================
+:mod:`~encoders.base`              interfaces only: Encoding, ShardData, EncodedShard
+:mod:`~encoders.full_one`,         one module per encoding
+:mod:`~encoders.full_many`,
+:mod:`~encoders.pay_one`,
+:mod:`~encoders.pay_many`
+:mod:`~encoders.registry`          encoding names and strategies -> Encoding classes
+:mod:`~encoders.layouts`           shard layouts: pairs, key spaces, the cell index (*One),
+                                   the pair table and grouped entries (*Many)
+:mod:`~encoders.formats`           byte formats: CSR batches, varints, the cell-set codec,
+                                   row hashing, payload sections
+:mod:`~encoders.store`             the LMDB/R-tree store (the only module touching files)
+:mod:`~encoders.sink`              the sink the engine writes shards through
+:mod:`~encoders.lookup`            batched lookups on published shards
+:mod:`~encoders.sizes`             the linear size/time model (features, default
+                                   coefficients; :mod:`optimizer.calibrate` fits them)
+=================================  ==========================================================
 
 Importing this package registers every encoding (:mod:`encoders.registry`).
 """

@@ -28,8 +28,9 @@ from typing import Any, ClassVar, Iterator
 import numpy as np
 
 from subzero.cells import Ragged
-from subzero.modes import Direction
+from subzero.errors import ModeError
 from subzero.lineage import PairBatch, ShardSpec
+from subzero.modes import Direction
 
 
 class LookupTimeout(Exception):
@@ -170,39 +171,32 @@ class ShardData(ABC):
 # ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Estimate:
-    """What the size/cost model predicts for one encoding of one operator's lineage.
-
-    ``disk_bytes`` on disk (LMDB + R-tree); ``write_s`` to encode and write; ``lookup_s``
-    for a lookup in the matched direction of ``n`` query cells is ``lookup_fixed_s +
-    n * lookup_per_cell_s``; a mismatched lookup scans: ``scan_s``.
-    """
-
-    disk_bytes: float
-    write_s: float
-    lookup_fixed_s: float
-    lookup_per_cell_s: float
-    scan_s: float
-
-
 class Encoding(ABC):
     """How one strategy lays region pairs out in a shard and answers lookups on it.
 
     Subclasses set :attr:`name` (``"FullOne"``...), :attr:`payload` (payload pairs rather
-    than input cells) and :attr:`directions` (the directions they can be keyed by).
+    than input cells) and :attr:`directions` (the directions they can be keyed by), and
+    declare their capabilities, which callers test instead of names or classes:
+
+    - :attr:`many`: keys are indexed by an R-tree over the boxes of the key cell sets (one
+      entry per region pair), so a matched lookup probes the R-tree rather than reading
+      index runs cell by cell (FullMany, PayMany).
+    - :attr:`into_mask`: ``backward``/``forward`` take ``into=``, a caller's flat bool mask
+      over the answer's array, and decode a large answer straight into it, returning None
+      (FullOne). Other encodings answer sorted cells, which the caller spills itself.
+
     Instances are bound to one direction.
     """
 
     name: ClassVar[str]
     payload: ClassVar[bool]
     directions: ClassVar[frozenset[Direction]]
+    many: ClassVar[bool]
+    into_mask: ClassVar[bool]
 
     def __init__(self, direction: Direction = Direction.BACKWARD) -> None:
         direction = Direction(direction)
         if direction not in self.directions:
-            from subzero.errors import ModeError
-
             raise ModeError(f"{self.name} cannot be {direction}-optimized; it supports "
                             f"{sorted(d.value for d in self.directions)}")
         self.direction = direction
@@ -227,8 +221,3 @@ class Encoding(ABC):
                       deadline: float | None = None) -> PairBatch | None:
         """Payload pairs meeting ``out_lin`` restricted to those cells (all pairs if None)."""
         raise NotImplementedError(f"{self.name} stores input cells; use backward/forward")
-
-    @abstractmethod
-    def estimate(self, pairs: int, out_cells: int, fanin: float, payload_bytes: float = 0.0,
-                 n_inputs: int = 1) -> Estimate:
-        """Predict size and costs from statistics (see ``encoders.cost``)."""

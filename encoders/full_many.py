@@ -1,20 +1,20 @@
 """FullMany (paper VI-B, Figure 4.1): one entry per region pair holding both cell sets.
 
-Each entry (see :mod:`encoders.pairtable`) stores the pair's output cells and its input
-cells per input; an R-tree over the bounding boxes of the *key* cells (output cells when
-backward-optimized, input-``i`` cells per input when forward-optimized) finds the entries
-a frontier touches. An entry's output cells are stored once however many they are, which
-is why FullMany wins at high fanout. Input sets of an input shaped like the output are
-stored relative to the entry's first output cell (smaller varints). Pairs with identical
-key sets merge into one entry.
+Each entry (see :mod:`encoders.layouts.pairtable`) stores the pair's output cells and its
+input cells per input; an R-tree over the bounding boxes of the *key* cells (output cells
+when backward-optimized, input-``i`` cells per input when forward-optimized) finds the
+entries a frontier touches. An entry's output cells are stored once however many they are,
+which is why FullMany wins at high fanout. Input sets of an input shaped like the output are
+stored relative to the entry's first output cell (smaller varints). Pairs with identical key
+sets merge into one entry.
 
-Per-pixel lineage (one output cell per pair: identity, stencil boxes, windows) would cost
-an entry and an R-tree box per cell, about 70 bytes. Such pairs are grouped instead
-(:mod:`encoders.relgroups`): pairs whose input cells sit at the same offsets from their
-output cell, in one tile of about 4096 cells, share one entry ``(cells, offsets)`` and one
-R-tree box, in both directions; clipped border sets have other offsets, so the groups stay
-exact. ``relative="auto"`` groups offsets that at least two pairs of a tile share (a lone
-pair is no smaller as a group); the rest stay plain entries. R-tree ids past the plain
+Per-pixel lineage (one output cell per pair: identity, stencil boxes, windows) would cost an
+entry and an R-tree box per cell, about 70 bytes. Such pairs are grouped instead
+(:mod:`encoders.layouts.relgroups`): pairs whose input cells sit at the same offsets from
+their output cell, in one tile of about 4096 cells, share one entry ``(cells, offsets)`` and
+one R-tree box, in both directions; clipped border sets have other offsets, so the groups
+stay exact. ``relative="auto"`` groups offsets that at least two pairs of a tile share (a
+lone pair is no smaller as a group); the rest stay plain entries. R-tree ids past the plain
 entries are groups.
 
 Lookups read the entries and groups the R-tree finds, or scan them all when the frontier
@@ -32,17 +32,9 @@ from typing import Sequence
 
 import numpy as np
 
-from encoders import pairtable, relgroups
-from encoders.base import (
-    EncodedShard,
-    Encoding,
-    Estimate,
-    ShardData,
-    SpatialIndex,
-    Table,
-)
-from encoders.codec import add_anchors, decode_sets, set_token_count, set_tokens
-from encoders.csr import (
+from encoders.base import EncodedShard, Encoding, ShardData, SpatialIndex, Table
+from encoders.formats.codec import add_anchors, decode_sets, set_token_count, set_tokens
+from encoders.formats.csr import (
     interleave,
     offsets_from_lengths,
     row_ids,
@@ -51,14 +43,16 @@ from encoders.csr import (
     union_by_owner,
     uniq,
 )
-from subzero.frontier import Members
-from encoders.keyspace import lin_range_box, touches
-from encoders.hashing import dedup_rows
-from encoders.pairs import lineage_pairs
-from encoders.varint import varint_encode
+from encoders.formats.hashing import dedup_rows
+from encoders.formats.varint import varint_encode
+from encoders.layouts import pairtable, relgroups
+from encoders.layouts.keyspace import lin_range_box, touches
+from encoders.layouts.pairs import lineage_pairs
 from subzero.cells import Ragged
-from subzero.modes import Direction
+from subzero.errors import ModeError
+from subzero.frontier import Members
 from subzero.lineage import PairBatch, ShardSpec
+from subzero.modes import Direction
 
 
 def _rag(v: np.ndarray, o: np.ndarray) -> Ragged:
@@ -78,8 +72,6 @@ def _union(r: Ragged, group: np.ndarray, n: int) -> Ragged:
 def parse_policy(relative: str) -> str:
     """``relative`` as one of ``"auto"``, ``"always"``, ``"never"`` (else ModeError)."""
     if relative not in ("auto", "always", "never"):
-        from subzero.errors import ModeError
-
         raise ModeError(f"relative must be 'auto', 'always' or 'never'. Got {relative!r} "
                         "instead.")
     return relative
@@ -129,6 +121,8 @@ class FullMany(Encoding):
     name = "FullMany"
     payload = False
     directions = frozenset({Direction.BACKWARD, Direction.FORWARD})
+    many = True
+    into_mask = False
 
     def __init__(self, direction: Direction | str = Direction.BACKWARD,
                  relative: str = "auto", tile: int = relgroups.TILE) -> None:
@@ -276,9 +270,3 @@ class FullMany(Encoding):
     def forward(self, shard: ShardData, in_lin: np.ndarray, i: int,
                 deadline: float | None = None) -> np.ndarray:
         return self._query(shard, in_lin, i, -1, deadline)
-
-    def estimate(self, pairs: int, out_cells: int, fanin: float, payload_bytes: float = 0.0,
-                 n_inputs: int = 1) -> Estimate:
-        from encoders.cost import estimate_full_many
-
-        return estimate_full_many(self.direction, pairs, out_cells, fanin, n_inputs)

@@ -23,11 +23,10 @@ from typing import Sequence
 
 import numpy as np
 
-from encoders import cellindex, fewcells
-from encoders.base import EncodedShard, Encoding, Estimate, ShardData, check_deadline
-from encoders.codec import (add_anchors, decode_sets, scatter_lists, set_token_count,
-                            set_tokens)
-from encoders.csr import (
+from encoders.base import EncodedShard, Encoding, ShardData, check_deadline
+from encoders.formats.codec import (add_anchors, decode_sets, scatter_lists, set_token_count,
+                                    set_tokens)
+from encoders.formats.csr import (
     interleave,
     offsets_from_lengths,
     segment_any,
@@ -35,14 +34,15 @@ from encoders.csr import (
     uniq,
     uniq_inverse,
 )
-from encoders.keyspace import lin_range_box, touches
-from subzero.frontier import is_dense, member
-from encoders.hashing import dedup_rows, finish_hash, poly_hash
-from encoders.pairs import KeyGroups, group_keys, lineage_pairs
-from encoders.varint import varint_encode
+from encoders.formats.hashing import dedup_rows, finish_hash, poly_hash
+from encoders.formats.varint import varint_encode
+from encoders.layouts import cellindex, fewcells
+from encoders.layouts.keyspace import lin_range_box, touches
+from encoders.layouts.pairs import KeyGroups, group_keys, lineage_pairs
 from subzero.cells import Ragged
-from subzero.modes import Direction
+from subzero.frontier import is_dense, member
 from subzero.lineage import PairBatch, ShardSpec
+from subzero.modes import Direction
 
 HEAP = "heap"
 SCATTER_RECORDS = 256  # up to this many records may be scattered from their bytes
@@ -186,6 +186,8 @@ class FullOne(Encoding):
     name = "FullOne"
     payload = False
     directions = frozenset({Direction.BACKWARD, Direction.FORWARD})
+    many = False
+    into_mask = True
 
     def __init__(self, direction: Direction | str = Direction.BACKWARD,
                  relative: str = "auto") -> None:
@@ -279,9 +281,3 @@ class FullOne(Encoding):
             return self._lookup(shard, f"k{i}", m["in_shapes"][i], q, 0, [m["out_shape"]],
                                 deadline, into)
         return self._scan(shard, "k", q, i, m["in_shapes"], deadline)
-
-    def estimate(self, pairs: int, out_cells: int, fanin: float, payload_bytes: float = 0.0,
-                 n_inputs: int = 1) -> Estimate:
-        from encoders.cost import estimate_full_one
-
-        return estimate_full_one(self.direction, pairs, out_cells, fanin, n_inputs)

@@ -8,7 +8,7 @@ Every call answers a whole frontier (sorted unique uint64 linear indices) in one
 shard: a shard whose key cells the frontier does not touch is skipped from its metadata;
 the matched direction reads only the index runs (FullOne/PayOne) or R-tree hits
 (FullMany/PayMany) the frontier touches; the other direction scans the shard. ``deadline``
-(a ``time.perf_counter()`` value) is checked between shards and inside scans; passing it
+(a ``time.perf_counter()`` value) is checked before each lookup and inside scans; passing it
 raises :class:`LookupTimeout`, the query executor's cue to re-execute instead.
 
 A :class:`ShardReader` keeps its LMDB environment open (read-only, no locks) until
@@ -20,20 +20,18 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
 from encoders.base import LookupTimeout, check_deadline
-from encoders.csr import uniq
-from subzero.frontier import as_query, is_dense
-from encoders.full_one import FullOne
 from encoders.registry import encoding_class
 from encoders.store import LmdbShard, read_meta
 from subzero.cells import Box
 from subzero.errors import QueryError
-from subzero.modes import Direction, Mode, Strategy
+from subzero.frontier import as_query, is_dense
 from subzero.lineage import PairBatch
+from subzero.modes import Direction, Mode, Strategy
 
 
 class ShardReader:
@@ -55,8 +53,8 @@ class ShardReader:
         self._in_sizes = [math.prod(s) for s in self.in_shapes]
         self.encoding = encoding_class(self.meta["encoding"])(Direction(self.meta["direction"]))
         self._data = LmdbShard(self.path, self.meta)
-        # FullOne decodes straight into a caller's mask (the others answer sorted cells)
-        self._into = isinstance(self.encoding, FullOne)
+        # into_mask: decodes a large answer straight into a caller's mask (else _spill does)
+        self._into = self.encoding.into_mask
 
     @property
     def full(self) -> bool:
@@ -133,43 +131,4 @@ def open_shard(path: str | os.PathLike) -> ShardReader:
     return ShardReader(path)
 
 
-def _each(paths: Iterable[str | os.PathLike], deadline: float | None) -> Iterable[ShardReader]:
-    for p in paths:
-        check_deadline(deadline)
-        r = open_shard(p)
-        try:
-            yield r
-        finally:
-            r.close()
-
-
-def _union(parts: list[np.ndarray]) -> np.ndarray:
-    parts = [p for p in parts if len(p)]
-    if not parts:
-        return np.empty(0, dtype=np.uint64)
-    return uniq(np.concatenate(parts))
-
-
-def backward(paths: Iterable[str | os.PathLike], out_lin: np.ndarray, i: int,
-             deadline: float | None = None) -> np.ndarray:
-    """Union of :meth:`ShardReader.backward` over shards (sorted unique uint64)."""
-    q = as_query(out_lin)
-    return _union([r.backward(q, i, deadline) for r in _each(paths, deadline)])
-
-
-def forward(paths: Iterable[str | os.PathLike], in_lin: np.ndarray, i: int,
-            deadline: float | None = None) -> np.ndarray:
-    """Union of :meth:`ShardReader.forward` over shards (sorted unique uint64)."""
-    q = as_query(in_lin)
-    return _union([r.forward(q, i, deadline) for r in _each(paths, deadline)])
-
-
-def payload_pairs(paths: Iterable[str | os.PathLike], out_lin: np.ndarray | None,
-                  deadline: float | None = None) -> PairBatch | None:
-    """:meth:`ShardReader.payload_pairs` of every shard, concatenated (None if none)."""
-    q = None if out_lin is None else as_query(out_lin)
-    return PairBatch.concat([r.payload_pairs(q, deadline) for r in _each(paths, deadline)])
-
-
-__all__ = ["open_shard", "ShardReader", "backward", "forward", "payload_pairs",
-           "LookupTimeout"]
+__all__ = ["open_shard", "ShardReader", "LookupTimeout"]

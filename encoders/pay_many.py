@@ -1,10 +1,10 @@
 """PayMany (paper VI-B, Figure 4.3): one entry per region pair: output cells + payload.
 
-Like FullMany (see :mod:`encoders.pairtable`) with the input cells replaced by a payload
-section (:mod:`encoders.payloads`): an R-tree over the bounding box of each entry's output
-cells finds the entries a frontier touches. Pairs with identical output sets merge into
-one entry holding all their distinct payloads. Backward-optimized only; forward queries
-read every entry (``payload_pairs(None)``) and apply ``map_p``.
+Like FullMany (see :mod:`encoders.layouts.pairtable`) with the input cells replaced by a
+payload section (:mod:`encoders.formats.payloads`): an R-tree over the bounding box of each
+entry's output cells finds the entries a frontier touches. Pairs with identical output sets
+merge into one entry holding all their distinct payloads. Backward-optimized only; forward
+queries read every entry (``payload_pairs(None)``) and apply ``map_p``.
 
 >>> PayMany().name
 'PayMany'
@@ -14,19 +14,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from encoders import pairtable
-from encoders.base import EncodedShard, Encoding, Estimate, ShardData
-from encoders.codec import decode_sets, set_tokens
-from encoders.csr import interleave, offsets_from_lengths, segment_any, take_rows, union_by_owner
-from encoders.keyspace import lin_range_box, touches
-from subzero.frontier import member
-from encoders.hashing import dedup_rows
-from encoders.pairs import lineage_pairs
-from encoders.payloads import payload_ids, read_section, section_tokens
-from encoders.varint import varint_encode
+from encoders.base import EncodedShard, Encoding, ShardData
+from encoders.formats.codec import decode_sets, set_tokens
+from encoders.formats.csr import (interleave, offsets_from_lengths, segment_any, take_rows,
+                                  union_by_owner)
+from encoders.formats.hashing import dedup_rows
+from encoders.formats.payloads import payload_ids, read_section, section_tokens
+from encoders.formats.varint import varint_encode
+from encoders.layouts import pairtable
+from encoders.layouts.keyspace import lin_range_box, touches
+from encoders.layouts.pairs import lineage_pairs
 from subzero.cells import Ragged
-from subzero.modes import Direction
+from subzero.frontier import member
 from subzero.lineage import PairBatch, ShardSpec
+from subzero.modes import Direction
 
 
 class PayMany(Encoding):
@@ -35,6 +36,8 @@ class PayMany(Encoding):
     name = "PayMany"
     payload = True
     directions = frozenset({Direction.BACKWARD})
+    many = True
+    into_mask = False
 
     def encode(self, pairs: PairBatch | None, spec: ShardSpec) -> EncodedShard:
         meta, pairs = lineage_pairs(pairs, spec, self.name, self.direction.value)
@@ -94,9 +97,3 @@ class PayMany(Encoding):
         if not outs:
             return None
         return PairBatch(Ragged.concat(outs), payload=Ragged.concat(pays))
-
-    def estimate(self, pairs: int, out_cells: int, fanin: float, payload_bytes: float = 0.0,
-                 n_inputs: int = 1) -> Estimate:
-        from encoders.cost import estimate_pay_many
-
-        return estimate_pay_many(pairs, out_cells, payload_bytes)

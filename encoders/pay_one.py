@@ -1,11 +1,11 @@
 """PayOne (paper VI-B, Figure 4.4): one entry per output cell holding its payload.
 
-The cell index ``k`` (see :mod:`encoders.cellindex`) maps every output cell to a record in
-the heap holding its payload list. The paper duplicates the payload in every entry; here
-identical payload lists are one shared record, so an operator whose payloads come from a
-small vocabulary (a radius, a flag) costs about two bytes per output cell. Payloads cannot
-be keyed by input cells, so PayOne is backward-optimized only; forward queries read every
-pair (``payload_pairs(None)``) and apply ``map_p``, as the paper says.
+The cell index ``k`` (see :mod:`encoders.layouts.cellindex`) maps every output cell to a
+record in the heap holding its payload list. The paper duplicates the payload in every
+entry; here identical payload lists are one shared record, so an operator whose payloads
+come from a small vocabulary (a radius, a flag) costs about two bytes per output cell.
+Payloads cannot be keyed by input cells, so PayOne is backward-optimized only; forward
+queries read every pair (``payload_pairs(None)``) and apply ``map_p``, as the paper says.
 
 >>> PayOne().directions == frozenset({Direction.BACKWARD})
 True
@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from encoders import cellindex
-from encoders.base import EncodedShard, Encoding, Estimate, ShardData, check_deadline
-from encoders.csr import take_rows, uniq_inverse
-from encoders.keyspace import lin_range_box, touches
-from encoders.hashing import dedup_rows
-from encoders.pairs import group_keys, lineage_pairs
-from encoders.payloads import join_bytes, payload_ids, read_section, section_tokens
+from encoders.base import EncodedShard, Encoding, ShardData, check_deadline
+from encoders.formats.csr import take_rows, uniq_inverse
+from encoders.formats.hashing import dedup_rows
+from encoders.formats.payloads import join_bytes, payload_ids, read_section, section_tokens
+from encoders.layouts import cellindex
+from encoders.layouts.keyspace import lin_range_box, touches
+from encoders.layouts.pairs import group_keys, lineage_pairs
 from subzero.cells import Ragged
-from subzero.modes import Direction
 from subzero.lineage import PairBatch, ShardSpec
+from subzero.modes import Direction
 
 HEAP = "heap"
 
@@ -46,6 +46,8 @@ class PayOne(Encoding):
     name = "PayOne"
     payload = True
     directions = frozenset({Direction.BACKWARD})
+    many = False
+    into_mask = False
 
     def encode(self, pairs: PairBatch | None, spec: ShardSpec) -> EncodedShard:
         meta, pairs = lineage_pairs(pairs, spec, self.name, self.direction.value)
@@ -92,9 +94,3 @@ class PayOne(Encoding):
         rows = np.repeat(np.arange(len(uref)), npay)
         ov, oo = take_rows(c, coff, rows)
         return PairBatch(Ragged(ov, oo), payload=payloads)
-
-    def estimate(self, pairs: int, out_cells: int, fanin: float, payload_bytes: float = 0.0,
-                 n_inputs: int = 1) -> Estimate:
-        from encoders.cost import estimate_pay_one
-
-        return estimate_pay_one(pairs, out_cells, payload_bytes)

@@ -17,11 +17,11 @@ import time
 from typing import Any
 
 from encoders.base import Encoding
-from encoders.pairs import canonical, pair_stats
+from encoders.layouts.pairs import canonical, pair_stats
 from encoders.registry import encoding_for
 from encoders.store import ShardWriter
-from subzero.modes import Mode
 from subzero.lineage import LineageSink, PairBatch, ShardSpec
+from subzero.modes import Mode
 
 
 class ShardSink(LineageSink):
@@ -30,7 +30,7 @@ class ShardSink(LineageSink):
     ``close()`` returns plain data for the catalog's ``shards`` table: ``path`` (the
     published directory), ``data_bytes`` (LMDB file), ``index_bytes`` (R-tree files),
     ``pairs``, ``out_cells``, ``in_cells``, ``fanin``, ``fanout`` (defined in
-    :func:`encoders.pairs.pair_stats`), ``encode_s`` (seconds in ``close``: encoding,
+    :func:`encoders.layouts.pairs.pair_stats`), ``encode_s`` (seconds in ``close``: encoding,
     writing and publishing), ``attempt``; and, beyond the catalog's columns, ``write_s``
     (the LMDB/R-tree part of ``encode_s``), ``payload_bytes`` and ``records``.
     """

@@ -44,8 +44,9 @@ import lmdb
 import numpy as np
 
 from encoders.base import EncodedShard, ShardData, SpatialIndex
-from encoders.csr import offsets_from_lengths, uniq
+from encoders.formats.csr import offsets_from_lengths, uniq
 from subzero.cells import Ragged
+from subzero.errors import StoreError
 from subzero.jsonio import json_default
 from subzero.lineage import ShardSpec
 
@@ -108,7 +109,7 @@ def _write_lmdb(path: Path, enc: EncodedShard) -> dict[str, Any]:
 
 
 def _rtree_props(ndim: int, path: str | None = None) -> Any:
-    from rtree import index
+    from rtree import index  # loads libspatialindex: only *Many shards need it
 
     p = index.Property()
     p.dimension = ndim
@@ -127,7 +128,7 @@ def _rtree_props(ndim: int, path: str | None = None) -> Any:
 
 
 def _write_rtree(base: Path, sp: SpatialIndex) -> None:
-    from rtree import index
+    from rtree import index  # loads libspatialindex: only *Many shards need it
 
     d = sp.mins.shape[1]
     p = _rtree_props(d, str(base))
@@ -365,7 +366,7 @@ class LmdbShard(ShardData):
 
     def rtree_query(self, name: str, mins: np.ndarray, maxs: np.ndarray) -> np.ndarray:
         if name not in self._rtrees:
-            from rtree import index
+            from rtree import index  # loads libspatialindex: only *Many shards need it
 
             base = self.path / f"rtree_{name}"
             if not base.with_suffix(".dat").exists():
@@ -400,8 +401,6 @@ class LmdbShard(ShardData):
 
 def read_meta(path: str | os.PathLike) -> dict[str, Any]:
     """A published shard's metadata; raises :class:`subzero.errors.StoreError` if absent."""
-    from subzero.errors import StoreError
-
     meta = _read_meta(Path(path))
     if meta is None:
         raise StoreError(f"{path} is not a lineage shard (no readable {META})")

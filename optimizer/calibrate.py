@@ -1,6 +1,6 @@
 """``subzero calibrate``: measure the cost model's constants on this machine.
 
-Two parts, written to ``optimizer/calibration.json`` (:mod:`optimizer.calibration`):
+Two parts, written to ``subzero/query/calibration.json`` (:mod:`optimizer.calibration`):
 
 - **encoders**: synthetic lineage at several fan-in / fan-out points (one-to-one, 3x3 and
   7x7 stencils, block-to-block, block-to-cell, sparse, payloads of several widths) is
@@ -8,7 +8,7 @@ Two parts, written to ``optimizer/calibration.json`` (:mod:`optimizer.calibratio
   executor's path) into a scratch directory; the bytes they report and the time they take
   are fitted per strategy with non-negative least squares on the features of
   :data:`optimizer.calibration.FEATURES`.
-- **query**: the fields of :class:`optimizer.query_costs.QueryCosts`, timed directly:
+- **query**: the fields of :class:`subzero.query.costs.QueryCosts`, timed directly:
   mapping functions on frontiers of two sizes, shard open and lookups by query size and
   fan-in, scans of mismatched shards, payload groups, and re-execution on the driver (and
   as Spark tasks when Spark is available).
@@ -40,8 +40,8 @@ from operators import Affine, Convolve
 from operators.base import box_neighbours
 from optimizer.calibration import (ENCODED, FEATURES, TARGETS, Calibration, CalibrationError,
                                    load_calibration)
-from optimizer.costs import features
-from optimizer.query_costs import QueryCosts
+from encoders.sizes import features
+from subzero.query.costs import QueryCosts
 from optimizer.stats import ModeStats
 from subzero.cells import Box, Ragged, dilate, to_coords
 from subzero.chunking import chunk_grid
@@ -50,7 +50,7 @@ from subzero.engine.spark import get_spark
 from subzero.engine.tasks import make_jobs, run_jobs
 from subzero.lineage import PairBatch
 from subzero.modes import Mode, Strategy
-from subzero.query import group_by_payload
+from subzero.query.stored import group_by_payload
 
 Progress = Callable[[str], None] | None
 
@@ -167,7 +167,7 @@ def write_shard(home: Path, strategy: Strategy, shape: tuple[int, int], pairs: P
 
 def _nnls_fit(X: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Non-negative least squares on *relative* errors (every point counts alike)."""
-    from scipy.optimize import nnls
+    from scipy.optimize import nnls  # scipy only when fitting
 
     w = 1.0 / np.maximum(np.abs(y), 1e-12)
     Xw, yw = X * w[:, None], y * w

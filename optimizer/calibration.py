@@ -1,28 +1,16 @@
-"""Calibrated constants of the cost model, and the linear size/time model of each encoding.
+"""Calibrated constants of the cost model: the coefficients of the encodings' size/time
+model and the query-time constants.
 
-The storage cost of a strategy is modelled as a linear function of a few *features* of the
-lineage it stores, with one coefficient vector per encoding and direction, fitted on this
-machine by :mod:`optimizer.calibrate` (``subzero calibrate``) from real shards written
-through the registered sinks:
+The storage cost of a strategy is the one linear size/time model of the encodings
+(:mod:`encoders.sizes`: its features, targets and default coefficients), with one
+coefficient vector per encoded strategy and target fitted on this machine by
+:mod:`optimizer.calibrate` (``subzero calibrate``) from real shards written through the
+registered sinks. :class:`Calibration` holds the fitted coefficients and predicts with them.
 
-================  ==========================================================================
-feature           meaning
-================  ==========================================================================
-``shard``         one per shard (an LMDB environment, its pages, the R-tree files)
-``pair``          region pairs (hash entries of the *Many encodings, R-tree rectangles)
-``key``           key-side cell incidences (backward: output cells; forward: input cells)
-``key_distinct``  distinct key cells (the hash entries of the *One encodings)
-``value``         value-side incidences (backward: input cells; forward: output cells;
-                  payload encodings: payload bytes, once per pair)
-``payload_dup``   payload bytes times output cells (PayOne stores a copy per cell)
-================  ==========================================================================
-
-Three targets are modelled: ``data_bytes`` and ``index_bytes`` (what the sinks report, i.e.
-what the executor's disk budget counts) and ``store_s`` (task seconds spent in the sink).
-
-The file ``optimizer/calibration.json`` holds ``{"encoders": {strategy: {target: {feature:
+The file ``subzero/query/calibration.json`` holds ``{"encoders": {strategy: {target: {feature:
 coefficient}}}, "query": {QueryCosts fields}, ...}``; the ``query`` part is the lead's
-:class:`optimizer.query_costs.QueryCosts`. Missing parts fall back to :data:`DEFAULTS`.
+:class:`subzero.query.costs.QueryCosts`. Missing parts fall back to the defaults
+(:data:`encoders.sizes.DEFAULTS`).
 
 >>> cal = Calibration.default()
 >>> f = {"shard": 1, "pair": 100, "key": 100, "key_distinct": 100, "value": 900,
@@ -38,36 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from optimizer.query_costs import CALIBRATION_FILE, QueryCosts
+from encoders import sizes
+from encoders.sizes import DEFAULT_FILE_PER_LOGICAL, DEFAULTS, ENCODED, FEATURES, TARGETS
+from subzero.query.costs import CALIBRATION_FILE, QueryCosts
 from subzero.errors import SubZeroError
-from subzero.modes import Mode, Strategy
-
-FEATURES = ("shard", "pair", "key", "key_distinct", "value", "payload_dup")
-TARGETS = ("data_bytes", "index_bytes", "store_s")
-#: the strategies whose sinks are calibrated (comp-* use the pay-* sinks: same encodings)
-ENCODED = ("full-one-bwd", "full-one-fwd", "full-many-bwd", "full-many-fwd", "pay-one-bwd",
-           "pay-many-bwd")
-
-DEFAULT_FILE_PER_LOGICAL = 1.3  # B-tree and R-tree pages about 3/4 full
-
-# Rough values for an LMDB store with 8-byte keys, used until `subzero calibrate` has run.
-_ONE_STORE = {"shard": 2e-3, "pair": 2e-7, "key": 4e-7, "key_distinct": 4e-7, "value": 3e-8}
-_MANY_STORE = {"shard": 3e-3, "pair": 3e-6, "key": 3e-8, "value": 3e-8}
-DEFAULTS: dict[str, dict[str, dict[str, float]]] = {
-    "full-one-bwd": {"data_bytes": {"shard": 32768, "pair": 24, "key_distinct": 24, "value": 8},
-                     "index_bytes": {}, "store_s": _ONE_STORE},
-    "full-one-fwd": {"data_bytes": {"shard": 32768, "pair": 24, "key_distinct": 24, "key": 8,
-                                    "value": 8},
-                     "index_bytes": {}, "store_s": _ONE_STORE},
-    "full-many-bwd": {"data_bytes": {"shard": 32768, "pair": 48, "key": 8, "value": 8},
-                      "index_bytes": {"shard": 16384, "pair": 48}, "store_s": _MANY_STORE},
-    "full-many-fwd": {"data_bytes": {"shard": 32768, "pair": 48, "key": 8, "value": 8},
-                      "index_bytes": {"shard": 16384, "pair": 48}, "store_s": _MANY_STORE},
-    "pay-one-bwd": {"data_bytes": {"shard": 32768, "key_distinct": 24, "payload_dup": 1},
-                    "index_bytes": {}, "store_s": _ONE_STORE},
-    "pay-many-bwd": {"data_bytes": {"shard": 32768, "pair": 48, "key": 8, "value": 1},
-                     "index_bytes": {"shard": 16384, "pair": 48}, "store_s": _MANY_STORE},
-}
+from subzero.modes import Strategy
 
 
 class CalibrationError(SubZeroError):
@@ -75,7 +38,9 @@ class CalibrationError(SubZeroError):
 
 
 def model_key(strategy: Strategy | str) -> str:
-    """The calibrated sink a strategy writes through (``comp-one-bwd`` -> ``pay-one-bwd``).
+    """The calibrated sink a strategy writes through (``comp-one-bwd`` -> ``pay-one-bwd``):
+    :func:`encoders.sizes.model_key`, raising :class:`CalibrationError` for strategies that
+    store nothing.
 
     >>> model_key("comp-many-bwd")
     'pay-many-bwd'
@@ -83,9 +48,7 @@ def model_key(strategy: Strategy | str) -> str:
     s = Strategy.parse(strategy)
     if not s.stored:
         raise CalibrationError(f"strategy {s.name} stores nothing and has no size model")
-    if s.mode is Mode.COMP:
-        s = Strategy(Mode.PAY, s.encoding, s.direction)
-    return s.name
+    return sizes.model_key(s)
 
 
 @dataclass
@@ -111,15 +74,13 @@ class Calibration:
                    QueryCosts(), {"source": "defaults"})
 
     def coefficients(self, strategy: Strategy | str, target: str) -> dict[str, float]:
-        key = model_key(strategy)
-        got = self.encoders.get(key, {}).get(target)
-        return got if got is not None else DEFAULTS[key][target]
+        """This machine's coefficients, else :data:`encoders.sizes.DEFAULTS`."""
+        return sizes.coefficients(self.encoders, model_key(strategy), target)
 
     def predict(self, strategy: Strategy | str, target: str,
                 features: Mapping[str, float]) -> float:
-        """The linear model: sum of coefficient times feature."""
-        coef = self.coefficients(strategy, target)
-        return float(sum(coef.get(f, 0.0) * float(features.get(f, 0.0)) for f in FEATURES))
+        """The linear model (:func:`encoders.sizes.predict`) with these coefficients."""
+        return sizes.predict(self.encoders, model_key(strategy), target, features)
 
     # -- files ------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
@@ -152,7 +113,7 @@ class Calibration:
 
 
 def load_calibration(path: str | Path | None = None) -> Calibration:
-    """The calibration file (default ``optimizer/calibration.json``), else the defaults.
+    """The calibration file (default ``subzero/query/calibration.json``), else the defaults.
 
     A file given explicitly must exist and parse; the default file may be absent.
     """

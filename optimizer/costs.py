@@ -12,7 +12,7 @@ backward and forward query cost as a function of query size (paper VII).
   once (encode time: measured, probed or modelled like disk). Capture is shared by
   strategies of one mode, so it is reported apart.
 - **query cost** (seconds for one query step of ``n`` frontier cells): the query executor's
-  own estimates (:class:`optimizer.query_costs.QueryCosts`, the constants it uses to choose
+  own estimates (:class:`subzero.query.costs.QueryCosts`, the constants it uses to choose
   an access method), so the optimizer plans with the numbers the executor will act on.
   Re-execution is always available at query time, so no strategy is ever charged more than
   re-executing (the executor switches).
@@ -32,20 +32,20 @@ True
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-import numpy as np
 
+from encoders.registry import encoding_class
+from encoders.sizes import features
 from optimizer.calibration import Calibration, load_calibration
-from optimizer.query_costs import QueryCosts
+from subzero.query.costs import QueryCosts
 from optimizer.stats import ModeStats, OpProfile, Probe
 from subzero.modes import BLACKBOX, MAP, Direction, Mode, Strategy
+from subzero.query.reexec import expected_tiles
 
 BACKWARD, FORWARD = "backward", "forward"
 DIRECTIONS = (BACKWARD, FORWARD)
-QUERY_TILE_CELLS = 1 << 16  # the query executor's re-execution tile (QueryExecutor.tile_cells)
 
 
 def mode_of(s: Strategy) -> Mode:
@@ -59,19 +59,6 @@ def direction_of(s: Strategy) -> str | None:
     if not s.stored:
         return None
     return FORWARD if s.direction is Direction.FORWARD else BACKWARD
-
-
-def features(ms: ModeStats, s: Strategy, shards: int) -> dict[str, float]:
-    """The calibration features of storing ``ms`` with strategy ``s`` in ``shards`` shards."""
-    if s.mode is Mode.FULL:
-        fwd = s.direction is Direction.FORWARD
-        return {"shard": shards, "pair": ms.pairs,
-                "key": ms.in_cells if fwd else ms.out_cells,
-                "key_distinct": ms.in_distinct if fwd else ms.out_distinct,
-                "value": ms.out_cells if fwd else ms.in_cells, "payload_dup": 0.0}
-    return {"shard": shards, "pair": ms.pairs, "key": ms.out_cells,
-            "key_distinct": ms.out_distinct, "value": ms.payload_bytes,
-            "payload_dup": ms.payload_cell_bytes}
 
 
 @dataclass(frozen=True)
@@ -94,7 +81,7 @@ class CostModel:
 
     Parameters
     ----------
-    calibration : the calibrated constants (default: ``optimizer/calibration.json``).
+    calibration : the calibrated constants (default: ``subzero/query/calibration.json``).
     query : query-time constants (default: the calibration's ``query`` part).
     """
 
@@ -118,7 +105,7 @@ class CostModel:
         if pr is not None:
             fixed = (self.calibration.predict(s, "data_bytes", {"shard": 1})
                      + self.calibration.predict(s, "index_bytes", {"shard": 1}))
-            if pr.logical > 0 and (s.encoding in ("FullMany", "PayMany")
+            if pr.logical > 0 and (encoding_class(s.encoding).many
                                    or pr.bytes <= 1.5 * pr.shards * fixed):
                 # few or compact entries (grouped per-cell lineage, sparse lineage) may
                 # not fill the probe's first pages, so its file bytes hide how the shards
@@ -186,29 +173,10 @@ class CostModel:
                 + sum(self.store_s(prof, s) for s in ss))
 
     # -- queries ---------------------------------------------------------------------------
-    def _tiles(self, prof: OpProfile, n: float) -> tuple[int, int]:
-        """Re-execution tiles a query of ``n`` scattered cells touches, and their cells
-        (mirrors :meth:`subzero.query.QueryExecutor._tiles`)."""
-        if prof.global_:
-            return 1, prof.out_size
-        tile = list(prof.chunks)
-        while int(np.prod(tile)) > QUERY_TILE_CELLS and max(tile) > 1:
-            ax = int(np.argmax(tile))
-            tile[ax] = (tile[ax] + 1) // 2
-        total = math.prod(math.ceil(s / t) for s, t in zip(prof.out_shape, tile))
-        touched = total * -math.expm1(n * math.log1p(-1.0 / total)) if total > 1 else 1.0
-        touched = max(1.0, min(total, touched))
-        cells = touched * int(np.prod(tile))
-        if touched > 64:  # the executor re-runs whole chunks then
-            chunks = max(1, prof.tasks)
-            touched = chunks * -math.expm1(n * math.log1p(-1.0 / chunks)) if chunks > 1 else 1
-            cells = touched * prof.out_size / chunks
-        return max(1, round(touched)), int(min(prof.out_size, cells))
-
     def reexec_cost(self, prof: OpProfile, n: float) -> float:
         """Re-executing the tiles ``n`` frontier cells touch: what queries measured per cell
         when they did it before, else estimated from the operator's runtime."""
-        tiles, cells = self._tiles(prof, n)
+        tiles, cells = expected_tiles(prof.out_shape, prof.chunks, prof.tasks, prof.global_, n)
         if prof.reexec_s_per_cell is not None:
             return self.query.reexec_fixed_driver + prof.reexec_s_per_cell * cells
         return self.query.reexec_cost(prof.runtime_s or None, prof.out_size, cells, tiles,
@@ -235,7 +203,7 @@ class CostModel:
         key_space = prof.out_size if backward else int(in_size)
         cost = c.stored_cost(matched, payload, not backward, int(n), max(1, prof.tasks),
                              int(ms.pairs), int(ms.out_cells), int(in_cells),
-                             many=s.encoding in ("FullMany", "PayMany"), key_space=key_space)
+                             many=encoding_class(s.encoding).many, key_space=key_space)
         if s.mode is Mode.COMP:
             cost += c.map_cost(int(in_size), prof.out_size)
         return min(reexec, cost)

@@ -203,7 +203,7 @@ def _quiet() -> Iterator[None]:
 
 
 def _cbc() -> Any:
-    import pulp
+    import pulp  # PuLP only when solving: it is slow to import
 
     # the feasibility pump only slows these small knapsacks down
     return pulp.PULP_CBC_CMD(msg=False, gapRel=0.0, options=["feas off"])
@@ -271,7 +271,7 @@ def _build(ops: Sequence[OpChoices], sets: Sequence[Sequence[StrategySet]],
            objective: str = "query") -> tuple[Any, list[list[Any]]]:
     """The PuLP problem; ``objective="disk"``/``"overhead"`` minimizes that instead (to
     find the smallest feasible budget)."""
-    import pulp
+    import pulp  # PuLP only when solving: it is slow to import
 
     prob = pulp.LpProblem("subzero_strategies", pulp.LpMinimize)
     disk_scale, run_scale = _scales(sets, max_disk, max_overhead)
@@ -309,7 +309,7 @@ def _build(ops: Sequence[OpChoices], sets: Sequence[Sequence[StrategySet]],
 
 
 def _status(prob: Any) -> str:
-    import pulp
+    import pulp  # PuLP only when solving: it is slow to import
 
     return pulp.LpStatus.get(prob.status, str(prob.status))
 
@@ -385,7 +385,7 @@ def _solve(ops: Sequence[OpChoices], max_disk: float | None, max_overhead: float
             f"{solve_s:.3f} s)", _minimum(ops, sets, "disk", None, max_overhead),
             _minimum(ops, sets, "overhead", max_disk, None))
     got = _chosen(sets, sel)
-    import pulp
+    import pulp  # PuLP only when solving: it is slow to import
 
     return Solution({oc.op: list(st.names) for oc, st in zip(ops, got)}, status,
                     float(pulp.value(prob.objective) or 0.0), sum(s.cost for s in got),
@@ -405,7 +405,7 @@ def solve_per_strategy(ops: Sequence[OpChoices], max_disk: float | None = None,
 
 def _solve_per_strategy(ops: Sequence[OpChoices], max_disk: float | None,
                         max_overhead: float | None, epsilon: float, beta: float) -> Solution:
-    import pulp
+    import pulp  # PuLP only when solving: it is slow to import
 
     t0 = time.perf_counter()
     _check_pins(ops)

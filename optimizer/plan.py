@@ -28,7 +28,9 @@ from optimizer.calibration import Calibration, load_calibration
 from optimizer.costs import DIRECTIONS, CostModel, direction_of, summarize
 from optimizer.stats import OpProfile, load_profiles
 from optimizer.workload import Workload, everything, from_file, from_query_log
+from subzero.engine import layout
 from subzero.engine.catalog import Catalog
+from subzero.engine.runs import load_run
 from subzero.errors import CatalogError, SubZeroError
 from subzero.modes import STRATEGIES, Mode, Strategy
 from subzero.sizes import human_bytes
@@ -253,11 +255,8 @@ def optimize(wf: Any = None, home: Any = None, run: str | None = None,
     ``workload`` (a file or a :class:`Workload`), else the query log of the workflow's runs,
     else every operator both ways.
     """
-    from subzero.engine import layout
-    from subzero.engine.runs import load_run
-
     home = layout.resolve_home(home)
-    path = home / "catalog.sqlite"
+    path = layout.catalog_path(home)
     if not path.exists():
         if wf is not None:
             raise CatalogError(
@@ -297,11 +296,9 @@ def plan_from_catalog(wf: Any, home: Any, max_disk: float | None = None,
     """``subzero run --strategy optimized``: the optimizer's plan for ``wf`` from the
     newest complete run's statistics and the query log. Without ``max_disk`` the budget
     the newest run of the workflow was given (if any) applies."""
-    from subzero.engine import layout
-
     home = layout.resolve_home(home)
     if max_disk is None:
-        path = home / "catalog.sqlite"
+        path = layout.catalog_path(home)
         if path.exists():
             cat = Catalog(path)
             try:

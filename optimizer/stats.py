@@ -33,7 +33,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from encoders.sink import write_shard
-from subzero.cells import Box
+from subzero.cells import Box, size_of
 from subzero.chunking import chunk_grid
 from subzero.engine import layout
 from subzero.engine.catalog import Catalog
@@ -42,6 +42,7 @@ from subzero.engine.runs import load_run
 from subzero.errors import CatalogError
 from subzero.lineage import PairBatch
 from subzero.modes import Mode, Strategy
+from subzero.query.reexec import tile_shape
 from subzero.runtime import ChunkContext
 
 #: the modes whose lineage shape is sampled (BLACKBOX is sampled as the timing baseline)
@@ -208,12 +209,9 @@ def sample_boxes(out_shape: Sequence[int], chunks: Sequence[int], tiles: int = S
     >>> [str(b) for b in sample_boxes((100, 10), (50, 10), tiles=2, cells=100)]
     ['0:7,0:10', '91:98,0:10']
     """
-    tile = [max(1, min(int(c), int(s))) for c, s in zip(chunks, out_shape)]
-    while int(np.prod(tile)) > cells and max(tile) > 1:
-        ax = int(np.argmax(tile))
-        tile[ax] = (tile[ax] + 1) // 2
+    tile = tile_shape([max(1, min(int(c), int(s))) for c, s in zip(chunks, out_shape)], cells)
     grid = chunk_grid(out_shape, tile)
-    whole = [g for g in grid if g[1].size == int(np.prod(tile))]
+    whole = [g for g in grid if g[1].size == size_of(tile)]
     grid = whole or grid  # ragged edge tiles would under-represent a tile's halo share
     if len(grid) <= tiles:
         return [b for _, b in grid]

@@ -38,8 +38,12 @@ import numpy as np
 
 from optimizer.costs import BACKWARD, DIRECTIONS
 from optimizer.stats import OpProfile
-from subzero.errors import SubZeroError
+from subzero.cells import Box
+from subzero.engine.runs import LoadedRun
+from subzero.errors import QueryError, SubZeroError
+from subzero.frontier import start_frontier
 from subzero.modes import Mode
+from subzero.query.paths import dag_steps
 
 DEFAULT_QUERY_CELLS = 10
 
@@ -145,39 +149,8 @@ def _count_cells(q: Mapping[str, Any], shape: Sequence[int], k: int) -> float:
         raise WorkloadError(f"query {k}: 'cells' must be a count or a list of cells. "
                             f"Got {c!r}.")
     if "box" in q:
-        from subzero.cells import Box
-
         return float(max(1, Box.parse(str(q["box"]), shape).size))
     return float(DEFAULT_QUERY_CELLS)
-
-
-def _steps_between(wf: Any, direction: str, start: str, target: str) -> list[tuple[str, int]]:
-    """Every (operator, input) on some path from ``start`` to ``target``, in visiting order."""
-    parents = {n: list(wf.nodes[n].inputs) for n in wf.order}
-
-    def ancestors(a: str) -> set[str]:
-        seen, todo = {a}, [a]
-        while todo:
-            for p in parents.get(todo.pop(), ()):
-                if p not in seen:
-                    seen.add(p)
-                    todo.append(p)
-        return seen
-
-    lo, hi = (target, start) if direction == BACKWARD else (start, target)
-    between = {a for a in ancestors(hi) if lo in ancestors(a)}
-    if lo not in between or hi not in between or lo == hi:
-        raise WorkloadError(f"no {direction} path from {start!r} to {target!r} in workflow "
-                            f"{wf.name!r}")
-    order = list(reversed(wf.order)) if direction == BACKWARD else list(wf.order)
-    steps = []
-    for op in order:
-        if op not in between or (direction == BACKWARD and op == lo):
-            continue
-        for i, src in enumerate(wf.nodes[op].inputs):
-            if src in between:
-                steps.append((op, i))
-    return steps
 
 
 def _propagate(wf: Any, direction: str, start: str, steps: Sequence[tuple[str, int]],
@@ -200,7 +173,7 @@ def _propagate(wf: Any, direction: str, start: str, steps: Sequence[tuple[str, i
 
 
 def from_queries(queries: Sequence[Mapping[str, Any]], wf: Any,
-                 profiles: Mapping[str, OpProfile] | None = None, run: Any = None,
+                 profiles: Mapping[str, OpProfile] | None = None, run: LoadedRun | None = None,
                  source: str = "sample queries") -> Workload:
     """A workload from sample queries (the JSON file's ``queries`` list)."""
     profiles = profiles or {}
@@ -227,11 +200,7 @@ def from_queries(queries: Sequence[Mapping[str, Any]], wf: Any,
             else:
                 q["to"] = nq.to
             if "cells" not in q and run is not None:
-                from subzero.api import Run
-                from subzero.frontier import frontier
-
-                q["cells"] = int(np.count_nonzero(frontier(wf.array_shape(nq.start),
-                                                           nq.cells(Run(run)))))
+                q["cells"] = start_frontier(wf.array_shape(nq.start), nq.cells(run)).n
         direction = q.get("direction")
         if direction not in DIRECTIONS:
             raise WorkloadError(f"query {k}: direction must be 'backward' or 'forward'. "
@@ -254,7 +223,11 @@ def from_queries(queries: Sequence[Mapping[str, Any]], wf: Any,
                 if name not in wf.inputs and name not in wf.nodes:
                     raise WorkloadError(f"query {k}: '{what}' must name an array of workflow "
                                         f"{wf.name!r}. Got {name!r}.")
-            steps = _steps_between(wf, direction, start, target)
+            try:
+                steps = dag_steps(wf, direction, start, target)
+            except QueryError:
+                raise WorkloadError(f"no {direction} path from {start!r} to {target!r} in "
+                                    f"workflow {wf.name!r}") from None
         if start not in wf.inputs and start not in wf.nodes:
             raise WorkloadError(f"query {k}: unknown start array {start!r}")
         n0 = _count_cells(q, wf.array_shape(start), k)
@@ -265,7 +238,7 @@ def from_queries(queries: Sequence[Mapping[str, Any]], wf: Any,
 
 
 def from_file(path: str | Path, wf: Any, profiles: Mapping[str, OpProfile] | None = None,
-              run: Any = None) -> Workload:
+              run: LoadedRun | None = None) -> Workload:
     """Read a workload file (``{"queries": [...]}`` or a bare list)."""
     p = Path(path)
     try:

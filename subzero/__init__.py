@@ -18,7 +18,8 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
-    # the API pulls in zarr and the executor; keep `import subzero` light
+    # the API is the top layer (zarr, engine, queries, optimizer): loaded on first use, so
+    # that `import subzero` stays light and the core never imports what sits on it
     if name in ("Home", "Run"):
         from subzero import api
 

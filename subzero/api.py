@@ -17,12 +17,15 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from subzero.engine import arrays, layout
-from subzero.engine.catalog import Catalog
+import workflows
+from optimizer.plan import plan_from_catalog
 from subzero.chunking import Chunking
-from subzero.errors import SubZeroError
-from subzero.engine.runs import LoadedRun, load_run
+from subzero.engine import layout
+from subzero.engine.catalog import Catalog
 from subzero.engine.runner import RunResult, run_workflow
+from subzero.engine.runs import LoadedRun, load_run
+from subzero.errors import SubZeroError
+from subzero.query import LineageResult, QueryExecutor
 from subzero.workflow import Workflow
 
 
@@ -34,7 +37,7 @@ class Home:
 
     @property
     def catalog(self) -> Catalog:
-        return Catalog(self.path / "catalog.sqlite")
+        return Catalog(layout.catalog_path(self.path))
 
     def run(self, workflow: str | Workflow, strategy: str | None = "subzero",
             plan: Mapping[str, Sequence[str]] | None = None,
@@ -42,8 +45,6 @@ class Home:
             master: str | None = None, max_disk: int | None = None, **params: Any) -> "Run":
         """Run a workflow (a name from ``subzero workflows``, or a :class:`Workflow`)."""
         if isinstance(workflow, str):
-            import workflows
-
             workflow = workflows.build(workflow, inputs=inputs, **params)
         elif params:
             raise SubZeroError("workflow parameters apply to workflows given by name")
@@ -85,7 +86,7 @@ class Run:
 
     def array(self, name: str) -> np.ndarray:
         """The whole array ``name`` of this run, as numpy."""
-        return arrays.read_array(self.loaded.array_path(name))
+        return self.loaded.array(name)
 
     def shape(self, name: str) -> tuple[int, ...]:
         self.loaded.array_path(name)
@@ -95,17 +96,15 @@ class Run:
         return f"Run({self.id!r}, workflow={self.workflow.name!r})"
 
     # -- lineage queries -------------------------------------------------------------------
-    def query_executor(self, **kwargs: Any) -> Any:
+    def query_executor(self, **kwargs: Any) -> QueryExecutor:
         """A :class:`subzero.query.QueryExecutor` on this run (kept for repeated queries)."""
-        from subzero.query import QueryExecutor
-
         if getattr(self, "_qx", None) is None or kwargs:
             self._qx = QueryExecutor(self.loaded, **kwargs)
         return self._qx
 
     def backward(self, cells: Any, start: str | None = None,
                  path: Sequence[tuple[str, int]] | None = None, to: str | None = None,
-                 method: str = "auto") -> Any:
+                 method: str = "auto") -> LineageResult:
         """Backward lineage of ``cells`` of array ``start`` (coordinates, a bool mask or a
         :class:`subzero.Box`) along ``path`` (``[(operator, input index), ...]``) or every
         path ``to`` an ancestor array. Returns a :class:`subzero.query.LineageResult`.
@@ -132,7 +131,7 @@ class Run:
                                f"(named queries: {known})")
         return q.cells(self)
 
-    def named_query(self, name: str, method: str = "auto", cells: Any = None) -> Any:
+    def named_query(self, name: str, method: str = "auto", cells: Any = None) -> LineageResult:
         """Run one of the workflow's named queries (e.g. ``BQ3``); ``cells`` as returned by
         :meth:`named_query_cells` skips choosing them again."""
         if cells is None:
@@ -145,8 +144,4 @@ def optimized_plan(wf: Workflow, home: Any, max_disk: int | None = None
                    ) -> dict[str, list[str]]:
     """The optimizer's plan for ``wf`` from the catalog's statistics (``--strategy optimized``),
     under ``max_disk`` bytes when given."""
-    try:
-        from optimizer.plan import plan_from_catalog
-    except ImportError:
-        raise SubZeroError("the strategy optimizer is not available in this installation") from None
     return plan_from_catalog(wf, layout.resolve_home(home), max_disk=max_disk)

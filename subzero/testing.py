@@ -19,7 +19,7 @@ import numpy as np
 
 from subzero.cells import Box, as_linear, unique
 from subzero.frontier import mask_from_linear
-from subzero.chunking import Chunking
+from subzero.chunking import Chunking, task_grid
 from subzero.modes import Mode
 from subzero.runtime import ChunkContext, TaskContext
 from subzero.lineage import PairBatch
@@ -37,8 +37,6 @@ def run_chunked(op: Any, inputs: Sequence[np.ndarray], split: int | Sequence[int
 
     Returns ``(output, full_pairs, payload_pairs)`` concatenated over chunks.
     """
-    from subzero.chunking import task_grid
-
     cshape = Chunking(split=split).chunk_shape(op.out_shape) if op.out_shape else ()
     out = np.empty(op.out_shape, dtype=op.out_dtype if op.out_dtype.kind not in "UOT" else object)
     fulls, pays = [], []

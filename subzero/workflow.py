@@ -34,6 +34,7 @@ from subzero.modes import (
     BLACKBOX, COMP_MANY_BWD, COMP_ONE_BWD, FULL_MANY_BWD, FULL_ONE_BWD, FULL_ONE_FWD, MAP,
     PAY_MANY_BWD, PAY_ONE_BWD, Mode, Strategy, capture_modes,
 )
+from subzero.operator import Operator
 
 Shape = tuple[int, ...]
 Plan = dict[str, list[Strategy]]
@@ -69,7 +70,7 @@ class InputSpec:
 @dataclass
 class OpNode:
     name: str
-    op: Any  # operators.base.Operator (unbound until validate)
+    op: Operator  # unbound until validate
     inputs: tuple[str, ...]
 
 
@@ -123,7 +124,7 @@ class Workflow:
         self.plans: dict[str, Callable[[Any], list[Strategy]]] = dict(GENERIC_PLANS)
         self.queries: dict[str, NamedQuery] = {}
         self.order: list[str] = []
-        self.ops: dict[str, Any] = {}  # bound operators, after validate()
+        self.ops: dict[str, Operator] = {}  # bound operators, after validate()
         self._valid = False
 
     # -- declaring -------------------------------------------------------------------------
@@ -153,8 +154,6 @@ class Workflow:
     def add(self, name: str, op: Any, *inputs: str) -> str:
         """Add operator ``op`` named ``name`` reading the named arrays, in input order."""
         self._check_new(name)
-        from subzero.operator import Operator
-
         if not isinstance(op, Operator):
             raise WorkflowError(
                 f"operator {name!r} must be an operators.Operator instance. Got {op!r}."

@@ -212,9 +212,9 @@ def test_reexecution_touches_only_needed_tiles(homes):
     q = qx(homes, "example", "blackbox", tile_cells=64)
     op = q.run.op("smooth")
     f = frontier(SHAPE, [(0, 0)])
-    tiles, cells = q._tiles(op, 0, True, f)
+    tiles, cells = q.tiles(op, 0, True, f)
     assert len(tiles) == 1 and cells <= 64
-    tiles_all, _ = q._tiles(op, 0, True, np.ones(SHAPE, bool))
+    tiles_all, _ = q.tiles(op, 0, True, np.ones(SHAPE, bool))
     assert len(tiles_all) > 10
 
 
@@ -249,7 +249,7 @@ def test_cli_query_json_png_and_out(homes, tmp_path, capsys):
 
 def test_query_time_optimizer_switches_from_slow_stored_lineage(spark, tmp_path):
     """Stored lineage that costs more than re-execution is abandoned mid-read (VII-A)."""
-    from optimizer.query_costs import QueryCosts
+    from subzero.query.costs import QueryCosts
 
     res = run_workflow(example.build(shape=SHAPE, seed=5), tmp_path,
                        plan={"smooth": ["full-one-fwd"]}, chunking=Chunking(split=2),
@@ -322,7 +322,7 @@ def test_every_encoding_in_both_directions_gives_the_same_cells(homes, encoded_r
                                         ((7, 9, 11), (2, 4, 3)), ((10, 10), (10, 10))])
 def test_touched_tiles_are_the_grid_tiles_holding_a_frontier_cell(shape, tile):
     from subzero.chunking import chunk_grid
-    from subzero.query import touched_boxes
+    from subzero.query.reexec import touched_boxes
 
     rng = np.random.default_rng(len(shape))
     for density in (0.0, 1e-4, 0.01, 0.5):

@@ -94,7 +94,7 @@ def load_fits(path: str | Path) -> np.ndarray:
 
     Raises :class:`ExposureError` when the file is missing, is not FITS, or has no image.
     """
-    from astropy.io import fits
+    from astropy.io import fits  # astropy only for FITS exposures
 
     p = Path(path)
     if not p.is_file():

@@ -69,7 +69,7 @@ def build(inputs: Mapping[str, str] | None = None, shape: Any = (2001, 513), see
 
 def reference(image: np.ndarray, threshold: np.ndarray) -> dict[str, np.ndarray]:
     """The workflow in plain numpy (whole arrays, no chunks): the executor must agree."""
-    from scipy import ndimage
+    from scipy import ndimage  # scipy only for the reference result
 
     calibrate = image.astype(np.float64) * (1.0 / GAIN) + (-BIAS / GAIN)
     smooth = ndimage.convolve(calibrate, KERNEL, mode="reflect")

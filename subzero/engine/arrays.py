@@ -28,7 +28,7 @@ def _zarr_dtype(dtype: np.dtype) -> Any:
 
 def create_array(path: Path, shape: Sequence[int], dtype: Any, chunks: Sequence[int]) -> Any:
     """Create an empty zarr array; refuse to overwrite one that exists."""
-    import zarr
+    import zarr  # zarr only once an array is touched (slow to import)
 
     path = Path(path)
     if path.exists():
@@ -47,7 +47,7 @@ def create_array(path: Path, shape: Sequence[int], dtype: Any, chunks: Sequence[
 
 
 def open_array(path: Path, mode: str = "r") -> Any:
-    import zarr
+    import zarr  # zarr only once an array is touched (slow to import)
 
     path = Path(path)
     if not path.exists():

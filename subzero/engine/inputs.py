@@ -21,7 +21,7 @@ def load_file(path: str) -> np.ndarray:
     if suffix == ".npy":
         return np.load(p, allow_pickle=False)
     if suffix in (".fits", ".fit", ".fts"):
-        from astropy.io import fits
+        from astropy.io import fits  # astropy only for FITS inputs
 
         with fits.open(p, memmap=False) as hdul:
             for hdu in hdul:

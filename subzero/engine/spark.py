@@ -77,6 +77,7 @@ def get_spark(master: str | None = None, log_dir: str | os.PathLike | None = Non
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         if want.startswith("local"):
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        # pyspark (and its JVM) only when a session is first needed
         from pyspark import SparkConf, SparkContext
         from pyspark.java_gateway import launch_gateway
         from pyspark.sql import SparkSession

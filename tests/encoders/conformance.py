@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from encoders import fewcells
+from encoders.layouts import fewcells
 from encoders.lookup import LookupTimeout, open_shard
 from subzero.cells import Box
 from subzero.engine.layout import shard_spec

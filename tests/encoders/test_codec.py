@@ -2,8 +2,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from encoders import codec
-from encoders.codec import add_anchors, decode_sets, set_tokens
+from encoders.formats import codec
+from encoders.formats.codec import add_anchors, decode_sets, set_tokens
 from subzero.cells import Box, Ragged
 from tests.encoders.strategies import cell_sets, shapes
 
@@ -61,7 +61,7 @@ def test_sets_round_trip_absolute_and_relative(data, shape, relative):
 @settings(max_examples=60, deadline=None)
 @given(st.data(), shapes, st.sampled_from(["lists", "relative", "boxes", "empty"]))
 def test_scatter_lists_sets_exactly_the_decoded_cells(data, shape, kind):
-    from encoders.varint import varint_encode
+    from encoders.formats.varint import varint_encode
 
     size = int(np.prod(shape))
     rows = data.draw(st.lists(cell_sets(shape), min_size=1, max_size=6))

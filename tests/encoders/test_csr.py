@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from encoders import csr
+from encoders.formats import csr
 
 
 def test_interleave_concatenates_rows_part_by_part():

@@ -3,14 +3,16 @@
 import numpy as np
 import pytest
 
-from encoders import lookup
+from encoders.lookup import open_shard
 from subzero.engine.catalog import Catalog
 from subzero.cells import as_linear, to_coords
-from subzero.frontier import mask_from_linear
+from subzero.frontier import Frontier, mask_from_linear
+from subzero.lineage import PairBatch
 from subzero.chunking import Chunking
 from subzero.engine.runs import load_run
 from subzero.engine.runner import run_workflow
 from subzero.modes import Mode
+from subzero.query.stored import read_full
 from subzero.testing import payload_backward, run_chunked
 from subzero.workflow import Workflow
 from tests.encoders.udfs import Spots
@@ -70,16 +72,18 @@ def test_stored_lineage_equals_the_mapping_functions(example_run, op_name, strat
     run = load_run(home, rid)
     op = run.op(op_name)
     cat = Catalog(home / "catalog.sqlite")
-    paths = [home / r["path"] for r in cat.shards(rid, op_name, strategy)]
+    readers = [open_shard(home / r["path"]) for r in cat.shards(rid, op_name, strategy)]
     cat.close()
     rng = np.random.default_rng(0)
     for i, in_shape in enumerate(op.in_shapes):
-        for f in frontiers(op.out_shape, rng):
-            got = lookup.backward(paths, np.flatnonzero(f), i)
-            assert got.tolist() == np.flatnonzero(op.map_b(f, i)).tolist()
+        for f in frontiers(op.out_shape, rng):  # the union the query executor reads
+            got = read_full(readers, Frontier(f.shape, mask=f), i, True, in_shape, None)
+            assert got.lin.tolist() == np.flatnonzero(op.map_b(f, i)).tolist()
         for f in frontiers(in_shape, rng):
-            got = lookup.forward(paths, np.flatnonzero(f), i)
-            assert got.tolist() == np.flatnonzero(op.map_f(f, i)).tolist()
+            got = read_full(readers, Frontier(f.shape, mask=f), i, False, op.out_shape, None)
+            assert got.lin.tolist() == np.flatnonzero(op.map_f(f, i)).tolist()
+    for r in readers:
+        r.close()
 
 
 def spots_workflow(shape=(20, 14), seed=4):
@@ -102,12 +106,12 @@ def test_payload_udf_lineage_round_trips_through_the_store(spark, home, strategy
     rows = cat.shards(res.run, "spots", strategy)
     cat.close()
     assert len(rows) == 4 and all(r["pairs"] > 0 and r["in_cells"] == 0 for r in rows)
-    paths = [home / r["path"] for r in rows]
+    readers = [open_shard(home / r["path"]) for r in rows]
     _, _, pairs = run_chunked(op, [img], 2, (Mode.PAY,))
     rng = np.random.default_rng(1)
     for f in frontiers(op.out_shape, rng):
         q = np.flatnonzero(f).astype(np.uint64)
-        stored = lookup.payload_pairs(paths, q)
+        stored = PairBatch.concat([r.payload_pairs(q) for r in readers])
         got = np.zeros(op.in_shapes[0], dtype=bool)
         for k in range(len(stored)):
             cells = to_coords(stored.out.row(k), op.out_shape)
@@ -115,5 +119,5 @@ def test_payload_udf_lineage_round_trips_through_the_store(spark, home, strategy
                                       op.in_shapes[0]).astype(np.intp)] = True
         assert set(stored.out.values.tolist()) == set(q.tolist())  # PAY covers every cell
         assert np.array_equal(got, payload_backward(op, pairs, f, 0, default=False))
-    everything = lookup.payload_pairs(paths, None)
+    everything = PairBatch.concat([r.payload_pairs(None) for r in readers])
     assert sorted(everything.out.values.tolist()) == list(range(int(np.prod(op.out_shape))))

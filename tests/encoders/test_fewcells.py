@@ -6,9 +6,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from encoders import cellindex, codec, fewcells
-from encoders.codec import add_anchors, decode_sets
-from encoders.varint import varint_encode
+from encoders.formats import codec
+from encoders.layouts import cellindex, fewcells
+from encoders.formats.codec import add_anchors, decode_sets
+from encoders.formats.varint import varint_encode
 from tests.encoders.strategies import shapes
 from tests.encoders.test_codec import drawn_sets
 
@@ -53,7 +54,7 @@ def _list_record(cells: list[int]) -> bytes:
 def test_union_declines_what_is_too_large_for_plain_python(monkeypatch):
     short, long_ = _list_record([3, 5, 9]), _list_record(list(range(0, 4000, 2)))
     h = _Heap([short, long_])
-    assert fewcells.record_span(memoryview(h.heap), int(h.refs[1]))[1] == len(long_)
+    assert cellindex.record_span(memoryview(h.heap), int(h.refs[1]))[1] == len(long_)
     small = [(0, int(h.refs[0]))]
     assert fewcells.union(h, "heap", small, 0, [(10_000,)]).tolist() == [3, 5, 9]
     # a record over MAX_RECORD bytes: left to the vectorized path

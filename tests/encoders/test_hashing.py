@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from encoders import hashing
-from encoders.hashing import dedup_rows
+from encoders.formats import hashing
+from encoders.formats.hashing import dedup_rows
 from subzero.cells import Ragged
 
 

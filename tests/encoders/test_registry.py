@@ -26,3 +26,16 @@ def test_payload_encodings_cannot_be_forward_optimized():
 def test_strategies_that_store_nothing_have_no_encoding():
     with pytest.raises(ModeError, match="stores nothing"):
         encoding_for("map")
+
+
+@pytest.mark.parametrize("cls, many, into_mask", [
+    (encoders.FullOne, False, True),
+    (encoders.FullMany, True, False),
+    (encoders.PayOne, False, False),
+    (encoders.PayMany, True, False),
+])
+def test_encodings_declare_their_capabilities(cls, many, into_mask):
+    # many: a matched lookup probes an R-tree over the key sets' boxes; into_mask: a large
+    # answer is decoded straight into the caller's flat bool mask (the into= argument)
+    assert (cls.many, cls.into_mask) == (many, into_mask)
+    assert type(cls.many) is bool and type(cls.into_mask) is bool

@@ -1,4 +1,5 @@
-"""FullMany's grouped entries (encoders/relgroups.py) against brute force, both directions."""
+"""FullMany's grouped entries (encoders/layouts/relgroups.py) against brute force, both
+directions."""
 
 import json
 import shutil
@@ -10,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from encoders import pairtable, relgroups
+from encoders.layouts import pairtable, relgroups
 from subzero import frontier
 from subzero.frontier import Members
-from encoders.keyspace import coords
+from encoders.layouts.keyspace import coords
 from encoders.full_many import FullMany
 from encoders.lookup import open_shard
 from encoders.sink import ShardSink
@@ -298,7 +299,7 @@ def test_offsets_that_wrap_around_a_row_get_a_box_of_their_linear_range(tmp_path
        tile=st.sampled_from([4, 16, 64]))
 def test_input_boxes_cover_every_input_cell_of_their_group(data, shape, tile):
     pairs = data.draw(per_cell_pairs(shape, [shape, (50,)]))
-    from encoders.codec import set_tokens
+    from encoders.formats.codec import set_tokens
 
     out, ins = pairs.out, pairs.ins
     one = np.flatnonzero(out.lengths == 1)

@@ -2,7 +2,8 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from encoders.varint import read_prefix_varint, unzigzag, varint_decode, varint_encode, zigzag
+from encoders.formats.varint import (read_prefix_varint, unzigzag, varint_decode, varint_encode,
+                                     zigzag)
 
 u64 = st.integers(0, (1 << 64) - 1)
 

@@ -8,7 +8,7 @@ import pytest
 from optimizer import calibrate as cb
 from optimizer.calibration import (ENCODED, FEATURES, Calibration, CalibrationError,
                                    load_calibration, model_key)
-from optimizer.query_costs import QueryCosts, load_costs
+from subzero.query.costs import QueryCosts, load_costs
 import encoders.sink
 from subzero.lineage import LineageSink
 

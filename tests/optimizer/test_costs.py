@@ -3,8 +3,9 @@
 import pytest
 
 from optimizer.calibration import Calibration
-from optimizer.costs import CostModel, features, summarize
-from optimizer.query_costs import QueryCosts
+from optimizer.costs import CostModel, summarize
+from encoders.sizes import features
+from subzero.query.costs import QueryCosts
 from optimizer.stats import Measured, ModeStats, OpProfile, Probe
 from subzero.modes import Mode, Strategy
 

@@ -14,7 +14,8 @@ from optimizer.stats import load_profiles, statistics_pass
 from subzero.api import Run
 from subzero.engine.catalog import Catalog
 from subzero.chunking import Chunking
-from subzero.cli import _load_plan_file, main
+from subzero.cli import main
+from subzero.cli.runs import load_plan_file
 from subzero.errors import SubZeroError
 from subzero.engine.runs import load_run
 from subzero.engine.runner import run_workflow
@@ -92,7 +93,7 @@ def test_optimize_writes_a_plan_that_run_applies(home, spark, tmp_path, capsys):
     assert doc["plan"]["smooth"] == ["map", "full-one-bwd"]
     assert doc["plan"]["calibrate"] == ["map"] and doc["max_disk"] == 50_000_000
     assert doc["run"] in (base, "r2") and doc["predicted"]["smooth"]["disk"] > 0
-    plan, budget = _load_plan_file(str(out))
+    plan, budget = load_plan_file(str(out))
     res = run_workflow(example(), h, plan=plan, max_disk=budget, spark=spark)
     _, shards, ops, _ = _op_rows(h, res.run)
     assert ops["smooth"]["strategies"] == ["map", "full-one-bwd"]

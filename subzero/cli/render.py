@@ -42,7 +42,7 @@ def _zoom_box(m: np.ndarray, pad: int = 12) -> tuple[slice, slice] | None:
 def render_mask(data: np.ndarray, mask: np.ndarray, path: str | Path, title: str = "") -> Path:
     """Write a PNG of ``data`` with ``mask`` highlighted; when the highlighted cells form a
     small patch, a second panel zooms in on it."""
-    import matplotlib
+    import matplotlib  # matplotlib only when a picture is asked for (slow to import)
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

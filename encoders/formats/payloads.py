@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from encoders.csr import gather_index, interleave, offsets_from_lengths, segment_sum_u64, take_rows
-from encoders.hashing import dedup_rows
-from encoders.varint import varint_encode
+from encoders.formats.csr import (gather_index, interleave, offsets_from_lengths, segment_sum_u64,
+                                  take_rows)
+from encoders.formats.hashing import dedup_rows
+from encoders.formats.varint import varint_encode
 from subzero.cells import Ragged
 
 

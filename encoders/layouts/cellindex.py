@@ -13,7 +13,7 @@ Record heap
     One blob of length-prefixed records (varint byte length, then the record); ``ref`` is a
     record's byte offset. Identical records are stored once and shared by every key that
     points at them (the paper's "reference to a single entry"); with relative cell sets this
-    includes whole families of translated sets (see :mod:`encoders.codec`).
+    includes whole families of translated sets (see :mod:`encoders.formats.codec`).
 
 >>> import numpy as np
 >>> t = index_table("k", np.array([3, 300], dtype=np.uint64), np.array([0, 7], dtype=np.uint64))
@@ -28,10 +28,9 @@ from typing import Iterator
 import numpy as np
 
 from encoders.base import ShardData, Table, check_deadline
-from encoders.csr import gather_index, interleave, offsets_from_lengths, uniq
-from encoders.fewcells import record_span
+from encoders.formats.csr import gather_index, interleave, offsets_from_lengths, uniq
+from encoders.formats.varint import read_prefix_varint, varint_decode, varint_encode
 from subzero.frontier import clip_range, member
-from encoders.varint import read_prefix_varint, varint_decode, varint_encode
 
 BUCKET_BITS = 8
 _LOW = np.uint64((1 << BUCKET_BITS) - 1)
@@ -64,6 +63,19 @@ def build_heap(values: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.
     return heap, hoff[:-1]
 
 
+def record_span(heap: memoryview, ref: int) -> tuple[int, int]:
+    """``(start, length)`` of the record at byte offset ``ref`` of a heap (after its
+    varint length prefix)."""
+    n, shift = 0, 0
+    while True:
+        x = heap[ref]
+        ref += 1
+        n |= (x & 0x7F) << shift
+        if x < 0x80:
+            return ref, n
+        shift += 7
+
+
 def read_records(heap: np.ndarray, refs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The records at byte offsets ``refs`` (CSR bytes, in ``refs`` order)."""
     refs = np.asarray(refs, dtype=np.int64)
@@ -77,7 +89,6 @@ def read_records(heap: np.ndarray, refs: np.ndarray) -> tuple[np.ndarray, np.nda
     n, plen = read_prefix_varint(heap, refs)
     lens = n.astype(np.int64)
     return heap[gather_index(refs + plen, lens)], offsets_from_lengths(lens)
-
 
 
 def record_tokens(body: np.ndarray, offsets: np.ndarray, whole: bool = False

@@ -1,12 +1,12 @@
 """Lookups of a few cells in plain Python (the FullOne cell index and record heap).
 
 A query of a handful of cells touches one or two index runs and a few short records. The
-vectorized path (:mod:`encoders.cellindex`, :mod:`encoders.codec`) spends about 100 numpy
-calls on it whatever its size, which is most of a sub-millisecond lineage query; here the
-same bytes are read with a few LMDB calls and a few hundred Python operations. The answer
-is the same (tests compare both paths on every encoding the codec has); anything larger
-than :data:`FEW_CELLS` query cells or :data:`MAX_CELLS` answer cells returns None and the
-caller takes the vectorized path.
+vectorized path (:mod:`encoders.layouts.cellindex`, :mod:`encoders.formats.codec`) spends
+about 100 numpy calls on it whatever its size, which is most of a sub-millisecond lineage
+query; here the same bytes are read with a few LMDB calls and a few hundred Python
+operations. The answer is the same (tests compare both paths on every encoding the codec
+has); anything larger than :data:`FEW_CELLS` query cells or :data:`MAX_CELLS` answer cells
+returns None and the caller takes the vectorized path.
 
 >>> varints(bytes([1, 172, 2]))
 [1, 300]
@@ -23,12 +23,13 @@ from typing import Sequence
 import numpy as np
 
 from encoders.base import ShardData
-from encoders.codec import BOX, LIST_REL, BOX_REL
+from encoders.formats.codec import BOX, BOX_REL, LIST_REL
+from encoders.layouts.cellindex import BUCKET_BITS, record_span
 
 FEW_CELLS = 64     # query cells up to which lookups run in plain Python
 MAX_CELLS = 4096   # decoded cells (absolute sets once, relative ones per key) up to which they do
 MAX_RECORD = 1024  # record bytes up to which a record is decoded in plain Python
-_RUN = 8           # cellindex.BUCKET_BITS: a key cell k lives in run k >> 8
+_LOW = (1 << BUCKET_BITS) - 1  # a key cell k lives in run k >> BUCKET_BITS, item byte k & _LOW
 
 
 @lru_cache(maxsize=256)
@@ -64,7 +65,7 @@ def _unzigzag(u: int) -> int:
 
 def touching(q: Sequence[int], space: dict | None, shape: Sequence[int]) -> list[int]:
     """The cells of ``q`` inside a key space (its linear range and bounding box), the test
-    :func:`encoders.keyspace.touches` makes, kept per cell."""
+    :func:`encoders.layouts.keyspace.touches` makes, kept per cell."""
     if not space or not space.get("count"):
         return []
     lo_lin, hi_lin = space["lin"]
@@ -82,39 +83,26 @@ def touching(q: Sequence[int], space: dict | None, shape: Sequence[int]) -> list
 
 def lookup(shard: ShardData, table: str, q: Sequence[int]) -> list[tuple[int, int]]:
     """``[(cell, ref)]`` for the query cells (sorted) present in a cell index
-    (:mod:`encoders.cellindex`): one LMDB read per 256-cell run, matched with ``bytes.find``
-    on the run's low bytes (sorted, one per item)."""
+    (:mod:`encoders.layouts.cellindex`): one LMDB read per 256-cell run, matched with
+    ``bytes.find`` on the run's low bytes (sorted, one per item)."""
     w = 8 + int(shard.meta.get("item_bytes", {}).get(table, 1))
     out: list[tuple[int, int]] = []
     run, lows, buf = -1, b"", b""
     for c in q:
-        r = c >> _RUN
+        r = c >> BUCKET_BITS
         if r != run:
             run = r
-            buf = shard.run_items(table, r << _RUN)
+            buf = shard.run_items(table, r << BUCKET_BITS)
             lows = buf[8::w]
-        j = lows.find(c & 0xFF)
+        j = lows.find(c & _LOW)
         if j >= 0:
             out.append((c, int.from_bytes(buf[j * w + 9:(j + 1) * w], "big")))
     return out
 
 
-def record_span(heap: memoryview, ref: int) -> tuple[int, int]:
-    """``(start, length)`` of the record at byte offset ``ref`` of a heap (after its
-    varint length prefix)."""
-    n, shift = 0, 0
-    while True:
-        x = heap[ref]
-        ref += 1
-        n |= (x & 0x7F) << shift
-        if x < 0x80:
-            return ref, n
-        shift += 7
-
-
 def decode_set(tok: Sequence[int], p: int, shape: Sequence[int]
                ) -> tuple[list[int], bool, int]:
-    """The set whose header token is ``tok[p]`` (:mod:`encoders.codec`): ``(cells,
+    """The set whose header token is ``tok[p]`` (:mod:`encoders.formats.codec`): ``(cells,
     relative, position after it)``; a relative set holds signed offsets from its anchor."""
     ndim = len(shape)
     hdr = tok[p]

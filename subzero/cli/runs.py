@@ -1,71 +1,29 @@
-"""The ``subzero`` command line.
-
-Every error a user can cause prints one line on stderr (``subzero: error: ...``) and exits
-with status 2, without a traceback. ``--json`` prints machine-readable output only.
-"""
+"""``subzero workflows``, ``run``, ``runs``, ``show`` and ``export``: running workflows and
+looking at what their runs hold."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
+import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
-from subzero.errors import SubZeroError
-from subzero.jsonio import json_default
+import numpy as np
+
+import workflows
+from subzero.api import Home, optimized_plan
+from subzero.chunking import Chunking
+from subzero.cli.common import CliError, emit_json, parse_assignments, table
+from subzero.engine import layout
+from subzero.engine.catalog import Catalog
+from subzero.engine.runner import RunResult, run_workflow
+from subzero.engine.runs import load_run
 from subzero.sizes import human_bytes, parse_size
-
-EXIT_USAGE = 2
-
-
-class CliError(SubZeroError):
-    """A bad command-line value."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage too)
-        raise CliError(f"{self.prog}: {message}")
-
-
-def table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
-    cells = [[str(h) for h in header]] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[k]) for r in cells) for k in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
-def parse_assignments(items: Sequence[str] | None, what: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for it in items or []:
-        if "=" not in it or not it.split("=", 1)[0].strip():
-            raise CliError(f"{what} {it!r}: expected NAME=VALUE")
-        k, v = it.split("=", 1)
-        out[k.strip()] = v.strip()
-    return out
-
-
-def emit_json(obj: Any) -> None:
-    print(json.dumps(obj, indent=2, default=_json_default))
-
-
-def _json_default(o: Any) -> Any:
-    try:
-        return json_default(o)
-    except TypeError:
-        return str(o)
-
-
-# ---------------------------------------------------------------------------------------
-# commands
-# ---------------------------------------------------------------------------------------
 
 
 def cmd_workflows(args: argparse.Namespace) -> int:
-    import workflows
-
     mods = workflows.available()
     if args.json:
         emit_json([{"name": n, "description": m.DESCRIPTION} for n, m in mods.items()])
@@ -75,8 +33,6 @@ def cmd_workflows(args: argparse.Namespace) -> int:
 
 
 def _build_workflow(args: argparse.Namespace) -> Any:
-    import workflows
-
     params = parse_assignments(args.param, "--param")
     if getattr(args, "scale", None) is not None:
         params["scale"] = str(args.scale)
@@ -84,7 +40,7 @@ def _build_workflow(args: argparse.Namespace) -> Any:
     return workflows.build(args.workflow, inputs=inputs, **params), inputs
 
 
-def _load_plan_file(path: str) -> tuple[dict[str, list[str]], int | None]:
+def load_plan_file(path: str) -> tuple[dict[str, list[str]], int | None]:
     """A plan file: ``{"plan": {OP: [STRATEGY, ...]}, "max_disk": BYTES, ...}`` (the
     optimizer's output) or a bare ``{OP: [STRATEGY, ...]}``."""
     try:
@@ -104,18 +60,13 @@ def _load_plan_file(path: str) -> tuple[dict[str, list[str]], int | None]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from subzero.chunking import Chunking
-    from subzero.engine.runner import run_workflow
-
     wf, inputs = _build_workflow(args)
-    plan, plan_budget = _load_plan_file(args.plan) if args.plan else (None, None)
+    plan, plan_budget = load_plan_file(args.plan) if args.plan else (None, None)
     strategy = args.strategy
     max_disk = parse_size(args.max_disk, "--max-disk") if args.max_disk else plan_budget
     label = None
     if strategy == "optimized" and plan is None:
-        from subzero import api
-
-        plan = api.optimized_plan(wf, args.home, max_disk=max_disk)
+        plan = optimized_plan(wf, args.home, max_disk=max_disk)
         label = "optimized"
     elif plan is not None:
         label = f"plan:{Path(args.plan).name}"
@@ -138,22 +89,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_summary(args: argparse.Namespace, res: Any) -> list[str]:
+def _run_summary(args: argparse.Namespace, res: RunResult) -> list[str]:
     """The workflow's own summary lines of a finished run (none for ad-hoc workflows)."""
-    import workflows
-    from subzero.api import Home
-
     if res.workflow not in workflows.available():
         return []
     return workflows.summary(res.workflow, Home(args.home).get(res.run))
 
 
-def _catalog(args: argparse.Namespace):
-    from subzero.engine.catalog import Catalog
-    from subzero.engine.layout import resolve_home
-
-    home = resolve_home(args.home)
-    path = home / "catalog.sqlite"
+def _catalog(args: argparse.Namespace) -> Catalog:
+    home = layout.resolve_home(args.home)
+    path = layout.catalog_path(home)
     if not path.exists():
         raise CliError(f"no SubZero home at {home} (run a workflow first, or pass --home)")
     return Catalog(path)
@@ -167,10 +112,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if args.json:
         emit_json([{("run" if k == "id" else k): r[k] for k in keys} for r in runs])
         return 0
-    import time as _t
-
     rows = [(r["id"], r["workflow"], r["strategy"] or "-", r["status"],
-             _t.strftime("%Y-%m-%d %H:%M:%S", _t.localtime(r["started"])),
+             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started"])),
              "-" if r["runtime_s"] is None else f"{r['runtime_s']:.2f}",
              human_bytes(r["input_bytes"]), human_bytes(r["lineage_bytes"]),
              r["error"] or "") for r in runs]
@@ -205,13 +148,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    import numpy as np
-
-    from subzero.engine import arrays
-    from subzero.engine.runs import load_run
-
     run = load_run(args.home, args.run)
-    data = arrays.read_array(run.array_path(args.array))
+    data = run.array(args.array)
     out = Path(args.out)
     suffix = out.suffix.lower()
     if suffix == ".npy":
@@ -220,7 +158,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         if data.dtype.kind not in "biuf":
             raise CliError(f"array {args.array!r} has dtype {data.dtype}; FITS holds numbers only "
                            "(export to .npy instead)")
-        from astropy.io import fits
+        from astropy.io import fits  # astropy only to write FITS
 
         fits.PrimaryHDU(data.astype(np.uint8) if data.dtype == bool else data).writeto(
             out, overwrite=True)
@@ -234,23 +172,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-# ---------------------------------------------------------------------------------------
-# parser
-# ---------------------------------------------------------------------------------------
-
-EXTRA_COMMANDS: list[Callable[[Any, argparse.ArgumentParser], None]] = []
-
-
-def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--home", default=None,
-                        help="SubZero home directory (default $SUBZERO_HOME or ./subzero-home)")
-    common.add_argument("--json", action="store_true", help="print JSON only")
-
-    p = _Parser(prog="subzero", description="Fine-grained lineage for scientific array "
-                "workflows on Apache Spark (SubZero).")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser("workflows", parents=[common], help="list the workflows")
     s.set_defaults(func=cmd_workflows)
 
@@ -283,51 +205,3 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("array")
     s.add_argument("out")
     s.set_defaults(func=cmd_export)
-
-    for add in EXTRA_COMMANDS:
-        add(sub, common)
-    return p
-
-
-def _register_extras() -> None:
-    # commands that live with their subsystem register themselves here
-    for mod in ("subzero.query_cli", "optimizer.cli", "subzero.bench_cli"):
-        try:
-            m = __import__(mod, fromlist=["register"])
-        except ModuleNotFoundError as e:
-            if e.name and mod.startswith(e.name):
-                continue
-            raise
-        if m.register not in EXTRA_COMMANDS:
-            EXTRA_COMMANDS.append(m.register)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    _register_extras()
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-        if not getattr(args, "command", None):
-            parser.print_help()
-            return EXIT_USAGE
-        return int(args.func(args) or 0)
-    except SubZeroError as e:
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        print(f"subzero: error: {msg}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("subzero: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        return 0
-    except Exception as e:  # noqa: BLE001 - a bug in SubZero, reported in one line
-        if os.environ.get("SUBZERO_DEBUG"):
-            raise
-        msg = str(e).splitlines()[0] if str(e) else ""
-        print(f"subzero: internal error: {type(e).__name__}: {msg} "
-              "(set SUBZERO_DEBUG=1 for the traceback)", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,8 +1,8 @@
 """The cell-set codec: sorted linear indices as delta lists or boxes, absolute or relative.
 
 Everything here is pure numpy and vectorized over whole batches of sets (CSR form, see
-:mod:`encoders.csr`); nothing loops over cells. Tokens become bytes with
-:mod:`encoders.varint`.
+:mod:`encoders.formats.csr`); nothing loops over cells. Tokens become bytes with
+:mod:`encoders.formats.varint`.
 
 A set of cells (sorted unique linear indices) becomes a short stream of unsigned *tokens*,
 later written as LEB128 varints:
@@ -38,8 +38,8 @@ from typing import Sequence
 
 import numpy as np
 
-from encoders.csr import gather_index, interleave, offsets_from_lengths, take_rows
-from encoders.varint import unzigzag, zigzag
+from encoders.formats.csr import gather_index, interleave, offsets_from_lengths, take_rows
+from encoders.formats.varint import unzigzag, zigzag
 from subzero.cells import strides
 
 U64 = np.uint64

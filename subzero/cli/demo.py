@@ -1,6 +1,6 @@
 """``make demo``: the main job and a lineage question on it, narrated.
 
-    python -m subzero.demo [--home DIR]
+    python -m subzero.cli.demo [--home DIR]
 
 Runs the LSST astronomy workflow (28 operators) with SubZero's own strategy on the real
 exposures when ``$SUBZERO_DATA`` points at them, else on generated exposures of the same
@@ -16,7 +16,10 @@ import sys
 
 import numpy as np
 
-from subzero.cli import main as cli
+from subzero.api import Home
+from subzero.cli.main import main as cli
+from subzero.engine.layout import resolve_home
+from workflows.astronomy import real_inputs
 
 
 def _say(step: list[str]) -> int:
@@ -39,16 +42,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--home", default=None)
     args = p.parse_args(argv)
-    from subzero.engine.layout import resolve_home
-
     home_dir = resolve_home(args.home)
     home = ["--home", str(home_dir)]
     out = home_dir / "demo"
     out.mkdir(parents=True, exist_ok=True)
     run_cmd = ["run", "astronomy", "--strategy", "subzero", *home]
     if os.environ.get("SUBZERO_DATA"):
-        from workflows.astronomy import real_inputs
-
         inputs = real_inputs()
         if inputs is None:
             print(f"SUBZERO_DATA={os.environ['SUBZERO_DATA']} has no LSST exposures; "
@@ -58,8 +57,6 @@ def main(argv: list[str] | None = None) -> int:
     for step in (["workflows"], run_cmd):
         if _say(step):
             return 1
-    from subzero.api import Home
-
     run = Home(home_dir).get("latest")
     star = brightest_star(run)
     cells = out / "brightest-star.npy"

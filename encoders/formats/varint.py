@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from encoders.csr import offsets_from_lengths
+from encoders.formats.csr import offsets_from_lengths
 
 U64 = np.uint64
 

@@ -14,8 +14,8 @@ R-trees
     frontier (boxes are only a filter). When the frontier has so many runs that probing
     would cost more than reading every entry, it scans instead (:func:`candidates`).
 
-FullMany adds a second table of grouped entries (:mod:`encoders.relgroups`) whose R-tree
-boxes share these trees, with ids after the plain entries.
+FullMany adds a second table of grouped entries (:mod:`encoders.layouts.relgroups`) whose
+R-tree boxes share these trees, with ids after the plain entries.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from encoders.base import ShardData, SpatialIndex, Table, check_deadline
-from encoders.cellindex import record_tokens
-from encoders.keyspace import row_bboxes, run_boxes
+from encoders.layouts.cellindex import record_tokens
+from encoders.layouts.keyspace import row_bboxes, run_boxes
 from subzero.cells import Ragged
 
 TABLE = "e"

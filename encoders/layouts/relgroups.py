@@ -22,7 +22,7 @@ Record (varint tokens, table ``g``)
     ``K``: header ``(n << 1) | form`` then either a delta list (form 0: ``n`` cells, first
     index then ``gap - 1``) or runs (form 1: ``n`` runs of consecutive cells, ``start`` or
     ``gap - 1`` then ``length - 1``), whichever is shorter. Then per input the token stream
-    of the offsets in the codec's relative form (:mod:`encoders.codec`: a box is
+    of the offsets in the codec's relative form (:mod:`encoders.formats.codec`: a box is
     ``1 + 2 * ndim`` tokens however large, the identity ``{k}`` two). Inputs shaped unlike
     the output store relative lists (a box there is no box around ``k``).
 
@@ -50,19 +50,19 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from encoders.base import check_deadline
-from encoders.codec import decode_sets, set_token_count, set_tokens
-from encoders.csr import (
+from encoders.formats.codec import decode_sets, set_token_count, set_tokens
+from encoders.formats.csr import (
     gather_index,
     interleave,
     offsets_from_lengths,
     segment_any,
     take_rows,
 )
-from subzero.frontier import Members
-from encoders.keyspace import coords, row_bboxes
-from encoders.hashing import dedup_rows
-from encoders.varint import varint_encode
+from encoders.formats.hashing import dedup_rows
+from encoders.formats.varint import varint_encode
+from encoders.layouts.keyspace import coords, row_bboxes
 from subzero.cells import Ragged
+from subzero.frontier import Members
 
 TABLE = "g"
 TILE = 4096      # cells per tile: a group's output cells lie in one tile
@@ -145,7 +145,7 @@ def build(out: Ragged, ins: Sequence[Ragged], in_tokens: Sequence[tuple[np.ndarr
         if len(cand) < least:
             return None
     # the grouping key of a pair: its tile, then its relative sets (exact: equal token
-    # streams are equal offset sets, see encoders.codec)
+    # streams are equal offset sets, see encoders.formats.codec)
     parts = [(tid, np.arange(len(cand) + 1, dtype=np.int64))]
     for r, (tv, to), rel, shp in zip(ins, in_tokens, relative, in_shapes):
         if rel:

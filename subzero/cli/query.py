@@ -8,13 +8,15 @@ from typing import Any
 
 import numpy as np
 
+from subzero.api import Run
+from subzero.cells import Box
+from subzero.cli.common import emit_json, parse_cells_text, parse_path, table
+from subzero.cli.render import render_mask
+from subzero.engine.runs import load_run
 from subzero.errors import QueryError
 
 
 def _cells(args: argparse.Namespace, shape: tuple[int, ...]) -> Any:
-    from subzero.cells import Box
-    from subzero.query import parse_cells_text
-
     given = [x for x in (args.cells, args.cells_file, args.box) if x]
     if len(given) != 1:
         raise QueryError("give exactly one of --cells, --cells-file or --box")
@@ -32,11 +34,6 @@ def _cells(args: argparse.Namespace, shape: tuple[int, ...]) -> Any:
 
 
 def cmd_query(args: argparse.Namespace) -> int:
-    from subzero.api import Run
-    from subzero.cli import emit_json
-    from subzero.engine.runs import load_run
-    from subzero.query import parse_path
-
     run = Run(load_run(args.home, args.run))
     if args.named:
         if any(x is not None for x in (args.direction, args.from_, args.to, args.path,
@@ -51,23 +48,19 @@ def cmd_query(args: argparse.Namespace) -> int:
         if (args.to is None) == (args.path is None):
             raise QueryError("give exactly one of --to NAME or --path op:idx,...")
         qx = run.query_executor()
-        qx._check_array(args.from_)
+        qx.check_array(args.from_)
         cells = _cells(args, run.workflow.array_shape(args.from_))
         path = parse_path(args.path) if args.path else None
         res = qx.query(args.direction, cells, args.from_, path, args.to, args.method)
     if args.out:
         np.save(args.out, res.mask)
     if args.png:
-        from subzero.render import render_mask
-
         render_mask(run.array(res.array), res.mask, args.png,
                     f"run {run.id}: {res.direction} lineage in {res.array} "
                     f"({res.count} cells)")
     if args.json:
         emit_json(res.to_json())
         return 0
-    from subzero.cli import table
-
     print(table([(s.operator, s.input, s.method, s.in_count, s.out_count,
                   f"{s.elapsed_s * 1000:.2f}") for s in res.steps],
                 ("operator", "input", "method", "in_cells", "out_cells", "ms")))

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from encoders.csr import (
+from encoders.formats.csr import (
     canonical_rows,
     gather_index,
     row_ids,

@@ -1,4 +1,4 @@
-"""``subzero optimize`` and ``subzero calibrate`` (registered by :mod:`subzero.cli`)."""
+"""``subzero optimize`` and ``subzero calibrate``: the strategy optimizer's commands."""
 
 from __future__ import annotations
 
@@ -7,6 +7,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import workflows
+from optimizer.calibrate import calibrate
+from optimizer.calibration import load_calibration
+from optimizer.plan import optimize
+from subzero.query.costs import CALIBRATION_FILE
+from subzero.cli.common import emit_json, parse_assignments, table
 from subzero.errors import SubZeroError
 from subzero.sizes import human_bytes, parse_size
 
@@ -51,16 +57,10 @@ def _pins(items: list[str] | None) -> dict[str, list[str]]:
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    from optimizer.calibration import load_calibration
-    from optimizer.plan import optimize
-    from subzero.cli import emit_json, parse_assignments, table
-
     if (args.workflow is None) == (args.run is None):
         raise SubZeroError("give exactly one of --workflow NAME or --run RUN")
     wf = None
     if args.workflow is not None:
-        import workflows
-
         wf = workflows.build(args.workflow, **parse_assignments(args.param, "--param"))
     elif args.param:
         raise SubZeroError("--param applies to --workflow (a run already has its parameters)")
@@ -99,10 +99,6 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from optimizer.calibrate import calibrate
-    from optimizer.query_costs import CALIBRATION_FILE
-    from subzero.cli import emit_json
-
     out = Path(args.out) if args.out else CALIBRATION_FILE
     cal = calibrate(quick=args.quick, spark=not args.no_spark,
                     progress=None if args.json else print)
@@ -148,5 +144,5 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     s.add_argument("--no-spark", action="store_true",
                    help="do not start Spark (keep the per-task re-execution constant)")
     s.add_argument("--out", metavar="FILE", help="where to write (default "
-                   "optimizer/calibration.json)")
+                   "subzero/query/calibration.json)")
     s.set_defaults(func=cmd_calibrate)

@@ -14,7 +14,7 @@ BENCHMARKS = ("astronomy", "genomics", "encoders", "query", "executor", "optimiz
 
 
 def benchmarks_dir() -> Path:
-    d = Path(__file__).resolve().parents[1] / "benchmarks"
+    d = Path(__file__).resolve().parents[2] / "benchmarks"
     if not d.is_dir():
         raise SubZeroError(f"no benchmarks folder at {d}: benchmarks run from a source checkout")
     return d

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from encoders.csr import gather_index, segment_any, segment_sum_u64, uniq_inverse
+from encoders.formats.csr import gather_index, segment_any, segment_sum_u64, uniq_inverse
 
 U64 = np.uint64
 _P = np.uint64(0x100000001B3)  # FNV prime: odd, so powers never vanish mod 2**64

@@ -6,13 +6,14 @@ and the frontier's size, what each available method would cost (paper VII-A):
 - ``map``: a vectorized mapping function, linear in the array sizes;
 - ``stored``: reading lineage from shards; a matching direction costs per query cell and per
   decoded cell, a mismatched one (e.g. backward on forward-optimized lineage) scans every
-  stored pair and decodes every distinct stored set, and forward queries on payload lineage scan and apply ``map_p``;
+  stored pair and decodes every distinct stored set, and forward queries on payload
+  lineage scan and apply ``map_p``;
 - ``reexec``: re-running the operator in tracing mode on the touched tiles only, in
   proportion to the cells re-run, times a tracing factor, plus per-task overhead.
 
 The constants are seconds on the machine that measured them. Defaults come from this
-machine class; ``subzero calibrate`` (the optimizer issue) re-measures them into
-``optimizer/calibration.json``, which :func:`load_costs` reads when present.
+machine class; ``subzero calibrate`` (:mod:`optimizer.calibrate`) re-measures them into
+``subzero/query/calibration.json``, which :func:`load_costs` reads when present.
 """
 
 from __future__ import annotations

@@ -1,0 +1,59 @@
+"""``subzero``: the command line, one module per group of commands.
+
+Every error a user can cause prints one line on stderr (``subzero: error: ...``) and exits
+with status 2, without a traceback. ``--json`` prints machine-readable output only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Sequence
+
+from subzero.cli import bench, optimize, query, runs
+from subzero.cli.common import EXIT_USAGE, Parser
+from subzero.errors import SubZeroError
+
+#: the modules whose ``register(subparsers, common)`` adds their commands, in help order
+COMMANDS = (runs, query, optimize, bench)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--home", default=None,
+                        help="SubZero home directory (default $SUBZERO_HOME or ./subzero-home)")
+    common.add_argument("--json", action="store_true", help="print JSON only")
+
+    p = Parser(prog="subzero", description="Fine-grained lineage for scientific array "
+               "workflows on Apache Spark (SubZero).")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    for mod in COMMANDS:
+        mod.register(sub, common)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if not getattr(args, "command", None):
+            parser.print_help()
+            return EXIT_USAGE
+        return int(args.func(args) or 0)
+    except SubZeroError as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        print(f"subzero: error: {msg}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("subzero: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as e:  # noqa: BLE001 - a bug in SubZero, reported in one line
+        if os.environ.get("SUBZERO_DEBUG"):
+            raise
+        msg = str(e).splitlines()[0] if str(e) else ""
+        print(f"subzero: internal error: {type(e).__name__}: {msg} "
+              "(set SUBZERO_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 1

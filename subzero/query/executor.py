@@ -1,0 +1,223 @@
+"""The query executor: walk a path (or every path of the DAG) one operator at a time.
+
+A query starts from cells of one array and follows a *path*, a list of ``(operator, input
+index)`` steps as in the paper, or every path to a target array (``to=``; paths are
+unioned, :func:`subzero.query.paths.dag_steps`). Each step maps a frontier through one
+operator with the method :class:`~subzero.query.choice.MethodChoice` picks:
+
+``map``
+    the operator's vectorized mapping function (nothing stored);
+``stored:<strategy>``
+    lineage read from its shards (:mod:`subzero.query.stored`);
+``reexec``
+    the operator re-executed in tracing mode on the tiles the frontier touches
+    (:mod:`subzero.query.reexec`);
+``entire-array``
+    the frontier is full and the operator's ``all_to_all(i)`` says the result is full too.
+
+Empty frontiers end a query early; a step stops reading shards once its result is full.
+Every query is logged in the catalog (the optimizer's workload).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from encoders.base import LookupTimeout
+from subzero.cells import size_of
+from subzero.engine import layout
+from subzero.engine.catalog import Catalog
+from subzero.engine.runs import LoadedRun
+from subzero.errors import QueryError
+from subzero.frontier import Frontier, start_frontier
+from subzero.modes import Mode, Strategy
+from subzero.operator import Operator
+from subzero.query.choice import METHODS, MethodChoice
+from subzero.query.costs import QueryCosts, load_costs
+from subzero.query.paths import check_array, check_path, dag_steps
+from subzero.query.reexec import chunks_touched, reexecute_join
+from subzero.query.results import LineageResult, Step
+from subzero.query.stored import ShardReaders, read_full, read_payload
+
+
+class QueryExecutor:
+    """Answers lineage queries on one finished run.
+
+    Parameters
+    ----------
+    run : the run (:func:`subzero.engine.runs.load_run`).
+    catalog : for statistics and the query log (opened from the run's home if None).
+    where : where re-execution runs: ``"auto"`` (Spark for large re-executions when a
+        session is already running, else this process), ``"driver"`` or ``"spark"``.
+    log : record each query in the catalog's query log.
+    costs : the cost constants (default: the calibrated ones, :func:`load_costs`).
+    tile_cells : output cells per re-executed tile, at most.
+    min_switch_s : never abandon stored lineage sooner than this (re-execution estimates
+        are rough).
+    entire_array : apply the entire-array optimization (off only to measure what it saves).
+    """
+
+    def __init__(self, run: LoadedRun, catalog: Catalog | None = None, where: str = "auto",
+                 log: bool = True, costs: QueryCosts | None = None, tile_cells: int = 1 << 16,
+                 min_switch_s: float = 0.05, entire_array: bool = True) -> None:
+        self.run = run
+        self._own_catalog = catalog is None
+        self.catalog = catalog or Catalog(layout.catalog_path(run.home))
+        self.log = log
+        self.min_switch_s = float(min_switch_s)
+        self.entire_array = bool(entire_array)
+        self.readers = ShardReaders(str(run.home))
+        self.choice = MethodChoice(run, self.catalog, costs or load_costs(), self.readers,
+                                   where, tile_cells)
+
+    @property
+    def costs(self) -> QueryCosts:
+        return self.choice.costs
+
+    def close(self) -> None:
+        if self._own_catalog:
+            self.catalog.close()
+
+    # -- public ----------------------------------------------------------------------------
+    def backward(self, cells: Any, start: str | None = None,
+                 path: Sequence[tuple[str, int]] | None = None, to: str | None = None,
+                 method: str = "auto") -> LineageResult:
+        return self.query("backward", cells, start, path, to, method)
+
+    def forward(self, cells: Any, start: str | None = None,
+                path: Sequence[tuple[str, int]] | None = None, to: str | None = None,
+                method: str = "auto") -> LineageResult:
+        return self.query("forward", cells, start, path, to, method)
+
+    def check_array(self, name: str) -> None:
+        """Raise unless ``name`` is an array of the run."""
+        check_array(self.run.workflow, self.run.id, name)
+
+    def query(self, direction: str, cells: Any, start: str | None,
+              path: Sequence[tuple[str, int]] | None, to: str | None,
+              method: str = "auto") -> LineageResult:
+        t0 = time.perf_counter()
+        if direction not in ("backward", "forward"):
+            raise QueryError(f"direction must be 'backward' or 'forward'. Got {direction!r}.")
+        if method not in METHODS:
+            raise QueryError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")
+        if (path is None) == (to is None):
+            raise QueryError("give either a path or a target (to=...), not both or neither")
+        wf = self.run.workflow
+        if path is not None:
+            steps, start, target = check_path(wf, self.run.id, direction, path, start)
+        else:
+            if start is None:
+                raise QueryError("a query with to=... needs the start array (from)")
+            self.check_array(start)
+            self.check_array(to)
+            steps, target = dag_steps(wf, direction, start, to), to
+        f0 = start_frontier(wf.array_shape(start), cells)
+        got, done = self._walk(direction, start, target, steps, f0, method)
+        res = LineageResult(self.run.id, direction, target, got, done,
+                            time.perf_counter() - t0, start)
+        if self.log:
+            self.catalog.log_query(
+                self.run.id, direction, start, target,
+                [[s.operator, s.input] for s in done], f0.n, res.count, res.elapsed_s,
+                [s.to_json() for s in done])
+        return res
+
+    # -- walking ---------------------------------------------------------------------------
+    def _walk(self, direction: str, start: str, target: str, steps: list[tuple[str, int]],
+              f0: Frontier, method: str) -> tuple[Frontier, list[Step]]:
+        """Propagate frontiers along ``steps``, in order: each step reads the frontier of
+        the array it starts from and adds its answer to the array it reaches (a union where
+        paths meet)."""
+        wf = self.run.workflow
+        backward = direction == "backward"
+        fronts: dict[str, Frontier] = {start: f0}
+        done: list[Step] = []
+        for op_name, i in steps:
+            src = wf.nodes[op_name].inputs[i]
+            here, there = (op_name, src) if backward else (src, op_name)
+            if here not in fronts:
+                continue
+            got, step = self._step(op_name, i, backward, fronts[here], method)
+            done.append(step)
+            fronts[there] = fronts[there].union(got) if there in fronts else got
+        empty = Frontier(wf.array_shape(target), lin=np.empty(0, dtype=np.uint64))
+        return fronts.get(target, empty), done
+
+    # -- one step --------------------------------------------------------------------------
+    def methods(self, op_name: str) -> list[tuple[str, Strategy | None]]:
+        """The access methods this run has for an operator (re-execution always)."""
+        return self.choice.methods(op_name)
+
+    def tiles(self, op: Operator, i: int, backward: bool, mask: np.ndarray
+              ) -> tuple[list, int]:
+        """The tiles a re-execution for the frontier ``mask`` runs, and their cells."""
+        return self.choice.tiles(op, i, backward, mask)
+
+    def step(self, op_name: str, i: int, direction: str, f: Any, method: str = "auto",
+             n_in: int | None = None) -> tuple[np.ndarray, Step]:
+        """Map frontier ``f`` (a bool mask or a :class:`~subzero.frontier.Frontier`) through
+        input ``i`` of ``op_name`` (backward: output -> input i; forward: input i ->
+        output); returns the mask reached. ``n_in``: ``f``'s cell count, when known."""
+        front = Frontier.of(f, n_in)
+        got, step = self._step(op_name, i, direction == "backward", front, method)
+        return got.mask, step
+
+    def _step(self, op_name: str, i: int, backward: bool, f: Frontier, method: str
+              ) -> tuple[Frontier, Step]:
+        t0 = time.perf_counter()
+        op = self.run.op(op_name)
+        out_shape = op.in_shapes[i] if backward else op.out_shape
+        n_in = f.n
+        note = ""
+        if n_in == 0:
+            res, used = Frontier(out_shape, lin=np.empty(0, dtype=np.uint64)), "empty"
+        elif self.entire_array and n_in == f.size and op.all_to_all(i):
+            res = Frontier(out_shape, mask=np.ones(out_shape, dtype=bool), n=size_of(out_shape))
+            used = "entire-array"
+        else:
+            (kind, strategy), budget = self.choice.choose(op, i, backward, f, method)
+            if kind == "map":
+                m = op.map_b(f.mask, i) if backward else op.map_f(f.mask, i)
+                res, used = Frontier(out_shape, mask=np.asarray(m, dtype=bool)), "map"
+            elif kind == "stored":
+                deadline = (time.perf_counter() + max(budget, self.min_switch_s)
+                            if budget is not None else None)
+                res = self._stored(op, i, backward, f, strategy, deadline)
+                used = f"stored:{strategy.name}"
+                if res is None:  # reading cost more than re-executing would
+                    res = self._reexec(op, i, backward, f)
+                    used = "reexec"
+                    note = (f"switched from stored:{strategy.name} after "
+                            f"{max(budget, self.min_switch_s):.3f} s")
+            else:
+                res, used = self._reexec(op, i, backward, f), "reexec"
+        return res, Step(op_name, i, used, n_in, res.n, time.perf_counter() - t0, note)
+
+    def _stored(self, op: Operator, i: int, backward: bool, f: Frontier, s: Strategy,
+                deadline: float | None) -> Frontier | None:
+        """Answer from stored lineage; None if ``deadline`` passed (switch to reexec)."""
+        readers = [self.readers.reader(row) for row in self.choice.shards[(op.name, s.name)]]
+        try:
+            if s.mode is Mode.FULL:
+                out_shape = op.in_shapes[i] if backward else op.out_shape
+                return read_full(readers, f, i, backward, out_shape, deadline)
+            return read_payload(readers, op, i, backward, f, s.mode is Mode.COMP, deadline)
+        except LookupTimeout:
+            return None
+
+    def _reexec(self, op: Operator, i: int, backward: bool, front: Frontier) -> Frontier:
+        f = front.mask
+        tiles, cells = self.tiles(op, i, backward, f)
+        where = "spark" if self.choice.use_spark(cells, len(tiles), op) else "driver"
+        if where == "spark" and op.parallelism.kind != "global":
+            # few large tasks, not many small ones
+            tiles = chunks_touched(op, self.run.chunks(op.name), i, backward, f)
+        t0 = time.perf_counter()
+        res = reexecute_join(self.run, op, i, backward, f, tiles, where)
+        if where == "driver" and tiles:
+            self.choice.record_reexec(op.name, cells, time.perf_counter() - t0)
+        return Frontier(res.shape, mask=res)

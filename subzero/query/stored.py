@@ -1,0 +1,154 @@
+"""Reading stored lineage for a query step: open shard readers, kept for the process, and
+the union of their answers (full lineage) or the payload functions applied to theirs.
+
+Full lineage answers in either direction (a mismatched direction scans). Payload lineage
+answers backward with ``map_p`` on the payloads of the frontier's cells; forward it scans
+every payload (paper V-A3). Composite lineage is the mapping default, overridden by the
+payload answer for the cells that stored a payload.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import numpy as np
+
+from encoders.base import check_deadline
+from encoders.lookup import ShardReader, open_shard
+from subzero.cells import as_linear, to_coords
+from subzero.frontier import Frontier, FrontierUnion
+from subzero.lineage import PairBatch
+from subzero.operator import Operator
+
+# One reader per shard for the whole process: LMDB refuses to open an environment twice in
+# one process, and a finished run's shards never change, so every executor shares them.
+_READERS: dict[str, ShardReader] = {}
+_OPENED = [0]  # readers opened so far (unopened-shard counts are redone when it grows)
+
+
+class ShardReaders:
+    """The shards of one run, by catalog row, opened on first use and kept open."""
+
+    def __init__(self, home: str) -> None:
+        self.home = str(home)
+        self._by_row: dict[str, ShardReader] = {}  # shard path in the home -> its reader
+        # (op, strategy) -> (shards not open, _OPENED when counted)
+        self._unopened: dict[tuple[str, str], tuple[int, int]] = {}
+
+    def reader(self, row: dict[str, Any]) -> ShardReader:
+        reader = self._by_row.get(row["path"])
+        if reader is not None:
+            return reader
+        key = os.path.join(self.home, row["path"])  # the home is already absolute
+        reader = _READERS.get(key)
+        if reader is None:
+            reader = _READERS[key] = open_shard(key)
+            _OPENED[0] += 1
+        self._by_row[row["path"]] = reader
+        return reader
+
+    def unopened(self, key: tuple[str, str], rows: Sequence[dict[str, Any]]) -> int:
+        """Shards among ``rows`` this process has not opened yet (readers stay open;
+        counted again only after some reader was opened)."""
+        n, stamp = self._unopened.get(key, (None, None))
+        if n is None or (n and stamp != _OPENED[0]):
+            n = sum(os.path.join(self.home, row["path"]) not in _READERS for row in rows)
+            self._unopened[key] = (n, _OPENED[0])
+        return n
+
+
+def read_full(readers: Sequence[ShardReader], f: Frontier, i: int, backward: bool,
+              out_shape: Sequence[int], deadline: float | None) -> Frontier:
+    """The union of every shard's answer for the frontier ``f`` through input ``i``:
+    sorted cells while it is small, a mask once it is not (large answers are decoded
+    straight into it; the shards stop once it is full)."""
+    u = FrontierUnion(out_shape)
+    q = f.lin
+    for reader in readers:
+        if backward and len(readers) > 1 and not f.meets(reader.out_box):
+            continue  # backward: this shard's output chunk holds no frontier cell
+        look = reader.backward if backward else reader.forward
+        u.add(look(q, i, deadline, u.flat))
+        if len(readers) > 1 and u.full:
+            break  # nothing left to add
+    return u.frontier()
+
+
+def _payload_pairs(readers: Sequence[ShardReader], q: np.ndarray | None, f: np.ndarray | None,
+                   deadline: float | None) -> PairBatch | None:
+    batches = []
+    for reader in readers:
+        if f is not None and not f[reader.out_box.slices].any():
+            continue
+        b = reader.payload_pairs(q, deadline)
+        if b is not None and len(b):
+            batches.append(b)
+    return PairBatch.concat(batches)
+
+
+def group_by_payload(pairs: PairBatch | None) -> list[tuple[bytes, np.ndarray]]:
+    """``[(payload, output linear indices)]``, one group per distinct payload (vectorized
+    when payloads have one length, which is the common case)."""
+    if pairs is None or not len(pairs):
+        return []
+    lens = pairs.payload.lengths
+    if len(lens) and (lens == lens[0]).all():
+        width = int(lens[0])
+        rows = pairs.payload.values.reshape(len(pairs), width) if width else np.zeros(
+            (len(pairs), 1), np.uint8)
+        uniq, inv = np.unique(rows, axis=0, return_inverse=True)
+        inv = inv.reshape(-1)
+        payloads = [u.tobytes() if width else b"" for u in uniq]
+    else:
+        keys = [pairs.payload.row(k).tobytes() for k in range(len(pairs))]
+        payloads, inv = np.unique(np.array(keys, dtype=object), return_inverse=True)
+        payloads = list(payloads)
+    order = np.argsort(inv, kind="stable")
+    bounds = np.searchsorted(inv[order], np.arange(len(payloads) + 1))
+    out = []
+    for g, p in enumerate(payloads):
+        rows_g = order[bounds[g]:bounds[g + 1]]
+        out.append((p, pairs.out.take(rows_g).values))
+    return out
+
+
+def read_payload(readers: Sequence[ShardReader], op: Operator, i: int, backward: bool,
+                 front: Frontier, composite: bool, deadline: float | None) -> Frontier:
+    """Payload (or, ``composite``, Comp) lineage of the frontier through input ``i``."""
+    in_shape, out_shape = op.in_shapes[i], op.out_shape
+    f = front.mask
+    if backward:
+        groups = group_by_payload(_payload_pairs(readers, front.lin, f, deadline))
+        res = None
+        if composite:  # the mapping default for the cells that stored no payload
+            rest = f.copy()
+            for _, outs in groups:
+                rest.reshape(-1)[outs.astype(np.intp)] = False
+            if not groups or rest.any():
+                res = np.asarray(op.map_b(rest, i), dtype=bool)
+                if not res.flags.writeable:
+                    res = res.copy()
+        if res is None:
+            res = np.zeros(in_shape, dtype=bool)
+        flat = res.reshape(-1)
+        for payload, outs in groups:
+            check_deadline(deadline)
+            got = as_linear(op.map_p(to_coords(outs, out_shape), payload, i), in_shape)
+            flat[got.astype(np.intp)] = True
+        return Frontier(in_shape, mask=res)
+    # forward: payloads cannot be keyed by input cells; scan them all (paper V-A3)
+    pairs = _payload_pairs(readers, None, None, deadline)
+    res = np.zeros(out_shape, dtype=bool)
+    covered = np.zeros(out_shape, dtype=bool)
+    for payload, outs in group_by_payload(pairs):
+        check_deadline(deadline)
+        covered.reshape(-1)[outs.astype(np.intp)] = True
+        hits = np.asarray(op.map_p_hits(to_coords(outs, out_shape), payload, i, f), bool)
+        res.reshape(-1)[outs[hits].astype(np.intp)] = True
+    if composite:
+        res |= np.asarray(op.map_f(f, i), dtype=bool) & ~covered
+    return Frontier(out_shape, mask=res)
+
+
+__all__ = ["ShardReaders", "read_full", "read_payload", "group_by_payload"]
