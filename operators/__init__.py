@@ -13,7 +13,6 @@ parallelization, mapping functions, supported lineage modes). Families:
 - :mod:`operators.linalg`: :class:`MatMul`.
 """
 
-from subzero.operator import BLOCKWISE, ELEMENTWISE, GLOBAL, Operator, Parallelism, stencil
 from operators.base import (
     AllToAllOperator, CellMapping, ElementwiseOperator, MappingOperator, StencilOperator, UDF,
 )
@@ -26,6 +25,7 @@ from operators.reductions import MeanBroadcast, Reduce
 from operators.reshape import Reshape
 from operators.slicing import Subarray, Transpose
 from operators.stencils import Convolve, MedianFilter
+from subzero.operator import BLOCKWISE, ELEMENTWISE, GLOBAL, Operator, Parallelism, stencil
 
 __all__ = [
     "BLOCKWISE", "ELEMENTWISE", "GLOBAL", "AllToAllOperator", "CellMapping", "ElementwiseOperator",

@@ -15,8 +15,8 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from subzero.cells import Box, Ragged, any_over, as_linear, dilate, to_coords
-from subzero.frontier import mask_from_linear
 from subzero.errors import ShapeError
+from subzero.frontier import mask_from_linear
 from subzero.modes import Mode
 from subzero.operator import (
     ELEMENTWISE, GLOBAL, Operator, Parallelism, stencil,

@@ -20,11 +20,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from subzero.operator import BLOCKWISE
 from operators.base import MappingOperator
 from operators.parse import STRING_DTYPE, is_text, parse_axis, who
 from subzero.cells import Box, Ragged
 from subzero.errors import ShapeError, WorkflowError
+from subzero.operator import BLOCKWISE
 from subzero.runtime import TaskContext
 
 Shape = tuple[int, ...]

@@ -28,12 +28,12 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from subzero.operator import BLOCKWISE, GLOBAL, Parallelism
 from operators.base import MappingOperator
 from operators.geometry import axis_strides, outer_linear
 from operators.parse import dtype_spec, parse_axes, parse_dtype, who
 from subzero.cells import Box, Ragged, any_over
 from subzero.errors import WorkflowError
+from subzero.operator import BLOCKWISE, GLOBAL, Parallelism
 from subzero.runtime import TaskContext
 
 Shape = tuple[int, ...]

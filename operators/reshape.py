@@ -21,12 +21,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from subzero.operator import BLOCKWISE
 from operators.base import MappingOperator
 from operators.geometry import bbox_of_box_in
 from operators.parse import parse_shape_param, who
 from subzero.cells import Box, Ragged
 from subzero.errors import ShapeError
+from subzero.operator import BLOCKWISE
 from subzero.runtime import TaskContext
 
 Shape = tuple[int, ...]

@@ -21,12 +21,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from subzero.operator import BLOCKWISE
 from operators.base import MappingOperator
 from operators.geometry import axis_strides, outer_linear
 from operators.parse import parse_permutation, parse_slices, slices_text, who
 from subzero.cells import Box, Ragged
 from subzero.errors import ShapeError, WorkflowError
+from subzero.operator import BLOCKWISE
 from subzero.runtime import TaskContext
 
 Shape = tuple[int, ...]

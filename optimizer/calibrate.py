@@ -4,10 +4,10 @@ Two parts, written to ``subzero/query/calibration.json`` (:mod:`optimizer.calibr
 
 - **encoders**: synthetic lineage at several fan-in / fan-out points (one-to-one, 3x3 and
   7x7 stencils, block-to-block, block-to-cell, sparse, payloads of several widths) is
-  written as real shards through the registered sinks (``subzero.runtime.make_sink``, the
-  executor's path) into a scratch directory; the bytes they report and the time they take
-  are fitted per strategy with non-negative least squares on the features of
-  :data:`optimizer.calibration.FEATURES`.
+  written as real shards through the encoders' sink (:func:`encoders.sink.write_shard`,
+  a run's own path) into a scratch directory; the bytes they report and the time they
+  take are fitted per strategy with non-negative least squares on the features of the
+  size model (:mod:`encoders.sizes`).
 - **query**: the fields of :class:`subzero.query.costs.QueryCosts`, timed directly:
   mapping functions on frontiers of two sizes, shard open and lookups by query size and
   fan-in, scans of mismatched shards, payload groups, and re-execution on the driver (and
@@ -36,12 +36,11 @@ import numpy as np
 
 from encoders import sink
 from encoders.lookup import open_shard
+from encoders.sizes import features
 from operators import Affine, Convolve
 from operators.base import box_neighbours
 from optimizer.calibration import (ENCODED, FEATURES, TARGETS, Calibration, CalibrationError,
                                    load_calibration)
-from encoders.sizes import features
-from subzero.query.costs import QueryCosts
 from optimizer.stats import ModeStats
 from subzero.cells import Box, Ragged, dilate, to_coords
 from subzero.chunking import chunk_grid
@@ -50,6 +49,7 @@ from subzero.engine.spark import get_spark
 from subzero.engine.tasks import make_jobs, run_jobs
 from subzero.lineage import PairBatch
 from subzero.modes import Mode, Strategy
+from subzero.query.costs import QueryCosts
 from subzero.query.stored import group_by_payload
 
 Progress = Callable[[str], None] | None

@@ -28,9 +28,9 @@ from typing import Any, Mapping
 
 from encoders import sizes
 from encoders.sizes import DEFAULT_FILE_PER_LOGICAL, DEFAULTS, ENCODED, FEATURES, TARGETS
-from subzero.query.costs import CALIBRATION_FILE, QueryCosts
 from subzero.errors import SubZeroError
 from subzero.modes import Strategy
+from subzero.query.costs import CALIBRATION_FILE, QueryCosts
 
 
 class CalibrationError(SubZeroError):

@@ -39,9 +39,9 @@ from typing import Mapping, Sequence
 from encoders.registry import encoding_class
 from encoders.sizes import features
 from optimizer.calibration import Calibration, load_calibration
-from subzero.query.costs import QueryCosts
 from optimizer.stats import ModeStats, OpProfile, Probe
 from subzero.modes import BLACKBOX, MAP, Direction, Mode, Strategy
+from subzero.query.costs import QueryCosts
 from subzero.query.reexec import expected_tiles
 
 BACKWARD, FORWARD = "backward", "forward"

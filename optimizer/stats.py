@@ -181,7 +181,8 @@ def _tile_stats(ch: ChunkContext, full: PairBatch | None, pay: PairBatch | None,
     through the real sinks (:func:`_probe`)."""
     d: dict[str, Any] = {"cells": int(ch.out_box.size)}
     if probe is not None:
-        d["probe"] = _probe(ch, full if probe[2] and probe[2][0].startswith("full") else pay,
+        strategies = [Strategy.parse(n) for n in probe[2]]
+        d["probe"] = _probe(ch, full if strategies and strategies[0].mode is Mode.FULL else pay,
                             probe)
     if full is not None and len(full):
         d["full"] = {

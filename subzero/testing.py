@@ -18,11 +18,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from subzero.cells import Box, as_linear, unique
-from subzero.frontier import mask_from_linear
 from subzero.chunking import Chunking, task_grid
+from subzero.frontier import mask_from_linear
+from subzero.lineage import PairBatch
 from subzero.modes import Mode
 from subzero.runtime import ChunkContext, TaskContext
-from subzero.lineage import PairBatch
 
 
 def bind(op: Any, *inputs: np.ndarray, name: str = "op") -> Any:

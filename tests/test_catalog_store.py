@@ -4,10 +4,10 @@ import sys
 import numpy as np
 import pytest
 
-from subzero.engine import arrays, layout
-from subzero.engine.catalog import SCHEMA_VERSION, Catalog
 from subzero.cells import Box
 from subzero.chunking import Chunking, chunk_grid
+from subzero.engine import arrays, layout
+from subzero.engine.catalog import SCHEMA_VERSION, Catalog
 from subzero.errors import CatalogError, StoreError
 
 

@@ -1,12 +1,11 @@
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 from subzero.cells import Box, Ragged, as_linear, dilate, to_coords, unique
-from subzero.frontier import frontier, mask_from_linear
 from subzero.errors import CellError
+from subzero.frontier import frontier, mask_from_linear
 
 
 def test_as_linear_accepts_coords_linear_box_slices_mask_and_tuple():

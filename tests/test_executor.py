@@ -11,16 +11,16 @@ import time
 import numpy as np
 import pytest
 
-from subzero.engine import arrays, layout
-from subzero.engine.catalog import Catalog
 from subzero.cells import Box
 from subzero.chunking import Chunking
-from subzero.errors import StoreError, SubZeroError
-from subzero.engine.runs import load_run
+from subzero.engine import arrays, layout
+from subzero.engine.catalog import Catalog
 from subzero.engine.reexec import reexecute
 from subzero.engine.runner import run_workflow
-from subzero.modes import Mode
+from subzero.engine.runs import load_run
+from subzero.errors import StoreError, SubZeroError
 from subzero.lineage import expand_pairs
+from subzero.modes import Mode
 from subzero.testing import run_chunked
 from workflows import example
 

@@ -7,11 +7,11 @@ import pytest
 
 from subzero.api import Run
 from subzero.cells import Box
-from subzero.frontier import frontier
 from subzero.chunking import Chunking
-from subzero.errors import CellError, QueryError
-from subzero.engine.runs import load_run
 from subzero.engine.runner import run_workflow
+from subzero.engine.runs import load_run
+from subzero.errors import CellError, QueryError
+from subzero.frontier import frontier
 from subzero.query import QueryExecutor
 from subzero.testing import assert_sound_by_perturbation
 from tests.query_udfs import flare_workflow

@@ -3,9 +3,9 @@ import pytest
 
 from subzero.cells import Box, Ragged
 from subzero.errors import CellError
+from subzero.lineage import MemorySink, PairBatch, expand_pairs
 from subzero.modes import Mode
 from subzero.runtime import ChunkContext, TaskContext
-from subzero.lineage import MemorySink, PairBatch, expand_pairs
 
 
 def ctx2(modes=(Mode.FULL,)):

@@ -36,11 +36,11 @@ from typing import Any, Sequence
 import numpy as np
 from scipy import ndimage
 
-from subzero.operator import GLOBAL, Parallelism, stencil
 from operators.base import UDF, box_neighbours
 from subzero.cells import Ragged, dilate, to_coords
 from subzero.errors import CellError, ShapeError, WorkflowError
 from subzero.modes import Mode
+from subzero.operator import GLOBAL, Parallelism, stencil
 from subzero.runtime import TaskContext
 
 Shape = tuple[int, ...]

@@ -99,11 +99,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from subzero.operator import GLOBAL
 from operators.base import UDF, Shape
 from subzero.cells import Ragged
 from subzero.errors import ShapeError
 from subzero.modes import Mode
+from subzero.operator import GLOBAL
 from subzero.runtime import TaskContext
 
 STRING = np.dtypes.StringDType()

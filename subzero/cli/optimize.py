@@ -11,9 +11,9 @@ import workflows
 from optimizer.calibrate import calibrate
 from optimizer.calibration import load_calibration
 from optimizer.plan import optimize
-from subzero.query.costs import CALIBRATION_FILE
 from subzero.cli.common import emit_json, parse_assignments, table
 from subzero.errors import SubZeroError
+from subzero.query.costs import CALIBRATION_FILE
 from subzero.sizes import human_bytes, parse_size
 
 

@@ -14,16 +14,15 @@ from unittest import mock
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from encoders.layouts import fewcells
 from encoders.lookup import LookupTimeout, open_shard
+from encoders.sink import make_sink
 from subzero.cells import Box
 from subzero.engine.layout import shard_spec
-from subzero.modes import Strategy
 from subzero.lineage import PairBatch
-from encoders.sink import make_sink
+from subzero.modes import Strategy
 from subzero.testing import brute_backward, brute_forward
 from tests.encoders.strategies import queries, region_pairs, shapes, split_batch
 

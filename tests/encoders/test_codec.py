@@ -1,6 +1,5 @@
 import numpy as np
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from encoders.formats import codec
 from encoders.formats.codec import add_anchors, decode_sets, set_tokens

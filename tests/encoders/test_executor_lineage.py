@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 
 from encoders.lookup import open_shard
-from subzero.engine.catalog import Catalog
 from subzero.cells import as_linear, to_coords
+from subzero.chunking import Chunking
+from subzero.engine.catalog import Catalog
+from subzero.engine.runner import run_workflow
+from subzero.engine.runs import load_run
 from subzero.frontier import Frontier, mask_from_linear
 from subzero.lineage import PairBatch
-from subzero.chunking import Chunking
-from subzero.engine.runs import load_run
-from subzero.engine.runner import run_workflow
 from subzero.modes import Mode
 from subzero.query.stored import read_full
 from subzero.testing import payload_backward, run_chunked

@@ -3,13 +3,12 @@ codec does (the lookups themselves are checked on every encoding by the conforma
 on both paths)."""
 
 import numpy as np
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from encoders.formats import codec
-from encoders.layouts import cellindex, fewcells
 from encoders.formats.codec import add_anchors, decode_sets
 from encoders.formats.varint import varint_encode
+from encoders.layouts import cellindex, fewcells
 from tests.encoders.strategies import shapes
 from tests.encoders.test_codec import drawn_sets
 

@@ -2,8 +2,8 @@ import pytest
 
 import encoders
 from encoders.registry import encoding_for
-from subzero.errors import ModeError
 from subzero.engine.layout import shard_spec
+from subzero.errors import ModeError
 from subzero.modes import STRATEGIES, Direction, Strategy
 
 from encoders.sink import make_sink

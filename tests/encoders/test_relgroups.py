@@ -8,23 +8,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
-from encoders.layouts import pairtable, relgroups
-from subzero import frontier
-from subzero.frontier import Members
-from encoders.layouts.keyspace import coords
 from encoders.full_many import FullMany
+from encoders.layouts import pairtable, relgroups
+from encoders.layouts.keyspace import coords
 from encoders.lookup import open_shard
 from encoders.sink import ShardSink
 from operators.base import box_neighbours
+from subzero import frontier
 from subzero.cells import Box, Ragged, dilate, to_coords
-from subzero.frontier import mask_from_linear
-from subzero.errors import ModeError
 from subzero.engine.layout import shard_spec
-from subzero.modes import Strategy
+from subzero.errors import ModeError
+from subzero.frontier import Members, mask_from_linear
 from subzero.lineage import PairBatch
+from subzero.modes import Strategy
 from subzero.testing import brute_backward, brute_forward
 from tests.encoders.conformance import SETTINGS, check_full_lookups
 from tests.encoders.strategies import per_cell_pairs, queries, shapes

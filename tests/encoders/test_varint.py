@@ -1,6 +1,5 @@
 import numpy as np
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from encoders.formats.varint import (read_prefix_varint, unzigzag, varint_decode, varint_encode,
                                      zigzag)

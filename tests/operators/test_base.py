@@ -5,10 +5,10 @@ import pytest
 
 from operators import (Affine, Binary, CellMapping, Convolve, MappingOperator, MeanBroadcast,
                        MedianFilter, Unary, UDF)
-from subzero.operator import GLOBAL
 from subzero.cells import Box
 from subzero.errors import ShapeError, WorkflowError
 from subzero.modes import Mode
+from subzero.operator import GLOBAL
 from subzero.testing import (assert_mapping_matches_trace, assert_sound_by_perturbation, bind,
                              run_chunked)
 

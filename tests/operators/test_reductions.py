@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 from operators import GLOBAL, MeanBroadcast, Reduce
-from subzero.operator import BLOCKWISE
 from subzero.cells import Box
 from subzero.errors import ShapeError, WorkflowError
 from subzero.modes import Mode
+from subzero.operator import BLOCKWISE
 from subzero.testing import bind, run_chunked
 
 X = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])

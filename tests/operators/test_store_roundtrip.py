@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 
 from operators import Classify, Concatenate, Copy, Reshape, Subarray, Transpose, Where
+from subzero.chunking import Chunking, task_grid
 from subzero.engine import arrays
-from subzero.chunking import Chunking
 from subzero.engine.tasks import make_jobs, run_jobs
-from subzero.chunking import task_grid
 from subzero.modes import Mode
 from subzero.testing import bind
 

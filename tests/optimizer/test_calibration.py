@@ -5,12 +5,12 @@ import json
 import numpy as np
 import pytest
 
+import encoders.sink
 from optimizer import calibrate as cb
 from optimizer.calibration import (ENCODED, FEATURES, Calibration, CalibrationError,
                                    load_calibration, model_key)
-from subzero.query.costs import QueryCosts, load_costs
-import encoders.sink
 from subzero.lineage import LineageSink
+from subzero.query.costs import QueryCosts, load_costs
 
 
 def test_comp_strategies_use_the_payload_sinks_models():

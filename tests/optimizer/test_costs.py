@@ -2,12 +2,12 @@
 
 import pytest
 
+from encoders.sizes import features
 from optimizer.calibration import Calibration
 from optimizer.costs import CostModel, summarize
-from encoders.sizes import features
-from subzero.query.costs import QueryCosts
 from optimizer.stats import Measured, ModeStats, OpProfile, Probe
 from subzero.modes import Mode, Strategy
+from subzero.query.costs import QueryCosts
 
 N = 100 * 100
 

@@ -4,8 +4,7 @@ import itertools
 import math
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from optimizer.ilp import (InfeasibleError, OpChoices, Option, prune, solve,
                            solve_per_strategy, strategy_sets)

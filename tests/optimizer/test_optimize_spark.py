@@ -12,13 +12,13 @@ from optimizer.calibration import Calibration
 from optimizer.plan import optimize, plan_from_catalog
 from optimizer.stats import load_profiles, statistics_pass
 from subzero.api import Run
-from subzero.engine.catalog import Catalog
 from subzero.chunking import Chunking
 from subzero.cli import main
 from subzero.cli.runs import load_plan_file
-from subzero.errors import SubZeroError
-from subzero.engine.runs import load_run
+from subzero.engine.catalog import Catalog
 from subzero.engine.runner import run_workflow
+from subzero.engine.runs import load_run
+from subzero.errors import SubZeroError
 from subzero.modes import Mode
 from tests.query_udfs import flare_workflow
 

@@ -4,8 +4,8 @@ import numpy as np
 
 from optimizer.stats import ModeStats, _tile_stats, sample_boxes
 from subzero.cells import Box, Ragged
-from subzero.runtime import ChunkContext
 from subzero.lineage import PairBatch
+from subzero.runtime import ChunkContext
 
 
 def test_mode_stats_round_trip_through_catalog_rows():

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from scipy import ndimage
 
 from subzero.cells import Ragged, as_linear, dilate
-from subzero.frontier import mask_from_linear
 from subzero.errors import CellError, ShapeError, WorkflowError
+from subzero.frontier import mask_from_linear
 from subzero.modes import Mode
 from subzero.testing import (assert_sound_by_perturbation, bind, brute_forward, full_backward,
                              payload_backward, run_chunked)

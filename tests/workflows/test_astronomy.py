@@ -5,9 +5,9 @@ import pytest
 
 from subzero.api import Run
 from subzero.chunking import Chunking
-from subzero.errors import WorkflowError
-from subzero.engine.runs import load_run
 from subzero.engine.runner import run_workflow
+from subzero.engine.runs import load_run
+from subzero.errors import WorkflowError
 from workflows import astronomy
 
 pytestmark = pytest.mark.spark

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from subzero.api import Run
-from subzero.errors import WorkflowError
-from subzero.engine.runs import load_run
 from subzero.engine.runner import run_workflow
+from subzero.engine.runs import load_run
+from subzero.errors import WorkflowError
 from workflows import genomics
 from workflows.genomics_udfs import confusion
 

@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from subzero.frontier import frontier
 from subzero.errors import ShapeError
+from subzero.frontier import frontier
 from subzero.modes import Mode
 from subzero.runtime import TaskContext
 from subzero.testing import (assert_mapping_matches_trace, assert_sound_by_perturbation, bind,
