@@ -72,6 +72,8 @@ class QueryExecutor:
         self.readers = ShardReaders(str(run.home))
         self.choice = MethodChoice(run, self.catalog, costs or load_costs(), self.readers,
                                    where, tile_cells)
+        # (direction, start, target) -> the steps of every path between them
+        self._dag_steps: dict[tuple[str, str, str], list[tuple[str, int]]] = {}
 
     @property
     def costs(self) -> QueryCosts:
@@ -114,7 +116,10 @@ class QueryExecutor:
                 raise QueryError("a query with to=... needs the start array (from)")
             self.check_array(start)
             self.check_array(to)
-            steps, target = dag_steps(wf, direction, start, to), to
+            key = (direction, start, to)
+            if key not in self._dag_steps:  # a DAG search per query would cost ~1 ms
+                self._dag_steps[key] = dag_steps(wf, direction, start, to)
+            steps, target = self._dag_steps[key], to
         f0 = start_frontier(wf.array_shape(start), cells)
         got, done = self._walk(direction, start, target, steps, f0, method)
         res = LineageResult(self.run.id, direction, target, got, done,
