@@ -21,7 +21,6 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import numpy as np
-from scipy import special
 
 from operators.base import ElementwiseOperator
 from operators.geometry import axis_strides, outer_linear
@@ -59,6 +58,8 @@ def logistic(x: np.ndarray) -> np.ndarray:
     booleans are computed in float64, floats keep their precision."""
     if x.dtype.kind != "f":
         x = x.astype(np.float64)
+    from scipy import special  # scipy (slow to import) only in the kernel that needs it
+
     return special.expit(x)
 
 

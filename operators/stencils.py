@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import numpy as np
-from scipy import ndimage
 
 from operators.base import StencilOperator
 from operators.parse import who
@@ -60,6 +59,8 @@ class Convolve(StencilOperator):
         return np.dtype("float64")
 
     def kernel(self, x: np.ndarray) -> np.ndarray:
+        from scipy import ndimage  # scipy (slow to import) only in the kernels
+
         return ndimage.convolve(x.astype(np.float64, copy=False), self.weights,
                                 mode=_NDIMAGE_MODE[self.boundary], cval=0.0)
 
@@ -81,4 +82,6 @@ class MedianFilter(StencilOperator):
 
     def kernel(self, x: np.ndarray) -> np.ndarray:
         size = tuple(2 * r + 1 for r in self.radius_for(x.ndim))
+        from scipy import ndimage  # scipy (slow to import) only in the kernels
+
         return ndimage.median_filter(x, size=size, mode=_NDIMAGE_MODE[self.boundary], cval=0.0)

@@ -34,7 +34,6 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import numpy as np
-from scipy import ndimage
 
 from operators.base import UDF, box_neighbours
 from subzero.cells import Ragged, dilate, to_coords
@@ -320,6 +319,8 @@ def label_stars(x: np.ndarray, threshold: float = 100.0) -> np.ndarray:
     x = np.asarray(x)
     bright = x > threshold
     out = np.zeros(x.shape, dtype=np.int64)
+    from scipy import ndimage  # scipy (slow to import) only in the kernels
+
     lab, n = ndimage.label(bright, structure=np.ones((3,) * x.ndim, dtype=bool))
     if n == 0:
         return out
@@ -438,6 +439,8 @@ def decode_star(payload: bytes) -> tuple[np.ndarray, np.ndarray]:
 def _star_cells(payload: bytes, shape: Shape) -> np.ndarray:
     """A star payload's lineage: the star's pixels and their ring, ``(n, ndim)``."""
     lo, mask = decode_star(payload)
+    from scipy import ndimage  # scipy (slow to import) only in the kernels
+
     grown = ndimage.binary_dilation(np.pad(mask, 1), np.ones((3,) * mask.ndim, dtype=bool))
     cells = np.argwhere(grown) + lo - 1
     ok = ((cells >= 0) & (cells < np.asarray(shape))).all(axis=1)
