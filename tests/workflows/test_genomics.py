@@ -3,10 +3,13 @@
 import numpy as np
 import pytest
 
+from optimizer.workload import from_queries
 from subzero.api import Run
 from subzero.engine.runner import run_workflow
 from subzero.engine.runs import load_run
 from subzero.errors import WorkflowError
+from subzero.frontier import frontier
+from subzero.query.paths import dag_steps
 from workflows import genomics
 from workflows.genomics_udfs import confusion
 
@@ -73,3 +76,21 @@ def test_all_strategies_agree_on_every_named_query(spark, tmp_path, data, monkey
     (line,) = workflows.summary("genomics", run)
     acc = (tp + tn) / (tp + fn + fp + tn)
     assert f"training accuracy {acc:.3f} on {tp + fn + fp + tn:,} patients" in line
+
+
+def test_a_workload_of_named_queries_counts_their_cells_from_a_loaded_run(spark, tmp_path,
+                                                                          monkeypatch):
+    """The optimizer's workload reads named-query cells from the engine's loaded run (it
+    does not import the API): its first traversal holds the query's own cells."""
+    monkeypatch.setattr(genomics, "data_path", lambda: None)
+    res = run_workflow(genomics.build(scale=2, patients=30), tmp_path, strategy="blackbox",
+                       spark=spark)
+    loaded = load_run(tmp_path, res.run)
+    for name in ("full", "relapse"):
+        q = loaded.workflow.queries[name]
+        want = int(frontier(loaded.workflow.array_shape(q.start),
+                            Run(loaded).named_query_cells(name)).sum())
+        w = from_queries([{"named": name}], loaded.workflow, run=loaded)
+        first = dag_steps(loaded.workflow, q.direction, q.start, q.to)[0][0]
+        assert want >= 1
+        assert w.traversals[(first, q.direction)] == [(1.0, float(want))], name
