@@ -24,11 +24,13 @@ and checks each against the modes the operator supports.
 from __future__ import annotations
 
 import re
+from functools import partial
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from subzero.cells import Box
 from subzero.errors import ModeError, ShapeError, StoreError, WorkflowError
 from subzero.modes import (
     BLACKBOX, COMP_MANY_BWD, COMP_ONE_BWD, FULL_MANY_BWD, FULL_ONE_BWD, FULL_ONE_FWD, MAP,
@@ -53,8 +55,14 @@ def parse_name(name: str, what: str = "name") -> str:
 
 @dataclass
 class InputSpec:
-    """A workflow input: its shape and dtype, and where its data comes from by default
-    (``source()``, e.g. generated with a fixed seed); ``loader(path)`` reads a user file."""
+    """A workflow input: its shape and dtype, and where its data comes from by default.
+
+    ``blocks(box)`` generates any box of the input (deterministic, and the same values
+    however the array is cut): the engine's tasks call it chunk by chunk, so a large
+    generated input never exists whole on the driver. ``source()`` gives the whole array
+    at once (derived from ``blocks`` when only that is given); ``loader(path)`` reads a user
+    file whole (without one, the engine reads ``.npy`` and FITS files chunk by chunk).
+    """
 
     name: str
     shape: Shape
@@ -65,6 +73,15 @@ class InputSpec:
     #: a constant the workflow supplies itself (a mask, a calibration frame): stored like
     #: any input but not counted in the run's input bytes
     auxiliary: bool = False
+    blocks: Callable[[Box], np.ndarray] | None = None
+
+    def __post_init__(self) -> None:
+        if self.source is None and self.blocks is not None:
+            self.source = partial(_whole, self.blocks, self.shape)
+
+
+def _whole(blocks: Callable[[Box], np.ndarray], shape: Shape) -> np.ndarray:
+    return np.asarray(blocks(Box.full(shape)))
 
 
 @dataclass
@@ -137,8 +154,10 @@ class Workflow:
     def input(self, name: str, shape: Sequence[int], dtype: Any = "float64",
               source: Callable[[], np.ndarray] | None = None,
               loader: Callable[[str], np.ndarray] | None = None, description: str = "",
-              auxiliary: bool = False) -> str:
-        """Declare an input array (``auxiliary``: a constant not counted as input data)."""
+              auxiliary: bool = False,
+              blocks: Callable[[Box], np.ndarray] | None = None) -> str:
+        """Declare an input array (``auxiliary``: a constant not counted as input data;
+        ``blocks``: a generator of any box, see :class:`InputSpec`)."""
         self._check_new(name)
         try:
             shp = tuple(int(s) for s in shape)
@@ -147,7 +166,7 @@ class Workflow:
         if any(s < 0 for s in shp):
             raise ShapeError(f"input {name!r}: shape must be non-negative. Got {shp}.")
         self.inputs[name] = InputSpec(name, shp, np.dtype(dtype), source, loader, description,
-                                      auxiliary)
+                                      auxiliary, blocks)
         self._valid = False
         return name
 
