@@ -1,26 +1,53 @@
 """One SparkSession per process, started quietly.
 
-The master is ``local[*]`` unless ``--master`` or ``$SUBZERO_SPARK_MASTER`` says otherwise.
-The JVM's own output (log4j, warnings) goes to ``<home>/logs/spark.log`` so the user's
-terminal shows SubZero's output only. Java 17 or newer is checked first, with a clear error.
+The master is ``local[*,4]`` (every core; a failed task, e.g. a crashed Python worker, is
+tried up to 4 times) unless ``--master`` or ``$SUBZERO_SPARK_MASTER`` says otherwise; a
+master given explicitly is used as given (``local[2]`` tries each task once, as Spark does).
+A malformed master is a :class:`SparkError` naming it and the forms expected. A
+``spark://`` master must take a TCP connection within 5 s (checked before any JVM starts),
+accept the application within 10 s and give it an executor within ``$SUBZERO_EXECUTOR_WAIT``
+seconds (default 20); otherwise :class:`SparkError` says so in one line naming the URL.
+
+Jobs are scheduled FAIR (``fairscheduler.xml`` next to this module: the ``default`` pool
+shares the cores between jobs that several driver threads submit at once). On a cluster,
+executors run tasks with this process's Python (``spark.pyspark.python``) and its
+``PYTHONPATH``, and a task is tried up to 4 times. The JVM's own output (log4j, warnings)
+goes to ``<home>/logs/spark.log`` so the user's terminal shows SubZero's output only. Java 17
+or newer is checked first, with a clear error.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 from subzero.errors import SparkError
 
-DEFAULT_MASTER = "local[*]"
+DEFAULT_MASTER = "local[*,4]"
 MIN_JAVA = 17
+#: tries per task on a cluster master (``local[N,F]`` says it for local masters)
+CLUSTER_MAX_FAILURES = 4
+#: seconds to wait for a ``spark://`` master's first executor ($SUBZERO_EXECUTOR_WAIT)
+EXECUTOR_WAIT_S = 20.0
+#: seconds to wait for a ``spark://`` master to accept the application
+REGISTER_WAIT_S = 10.0
+#: seconds to wait for a TCP connection to a ``spark://`` master before starting the JVM
+CONNECT_TIMEOUT_S = 5.0
+MASTER_FORMS = ("local, local[N], local[N,F] (N threads or *, F tries per task), "
+                "spark://HOST:PORT, yarn or k8s://URL")
+
+_LOCAL = re.compile(r"local(\[(\*|[1-9]\d*)(,[1-9]\d*)?\])?")
+_HOSTPORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})")
 
 _lock = threading.Lock()
 _session: Any = None
@@ -29,6 +56,68 @@ _master: str | None = None
 
 def resolve_master(master: str | None = None) -> str:
     return master or os.environ.get("SUBZERO_SPARK_MASTER") or DEFAULT_MASTER
+
+
+def standalone_hosts(master: str) -> list[tuple[str, int]]:
+    """The ``(host, port)`` pairs of a ``spark://`` master (several for a standby setup:
+    ``spark://h1:7077,h2:7077``); raise :class:`SparkError` if one is malformed.
+
+    >>> standalone_hosts("spark://127.0.0.1:7077")
+    [('127.0.0.1', 7077)]
+    """
+    out = []
+    for part in master[len("spark://"):].split(","):
+        m = _HOSTPORT.fullmatch(part.strip())
+        if not m or not 0 < int(m.group(2)) < 65536:
+            raise SparkError(f"bad Spark master {master!r}: {part.strip()!r} is not HOST:PORT; "
+                             f"expected {MASTER_FORMS}")
+        out.append((m.group(1).strip("[]"), int(m.group(2))))
+    return out
+
+
+def check_master(master: str) -> str:
+    """``master`` if it has one of the forms Spark accepts, else :class:`SparkError` naming
+    it and the expected forms.
+
+    >>> check_master("local[*,4]")
+    'local[*,4]'
+    >>> check_master("localhost:7077")
+    Traceback (most recent call last):
+    ...
+    subzero.errors.SparkError: bad Spark master 'localhost:7077'; expected local, ...
+    """
+    m = master.strip()
+    if _LOCAL.fullmatch(m) or m == "yarn" or (m.startswith("k8s://") and len(m) > 6):
+        return m
+    if m.startswith("spark://"):
+        standalone_hosts(m)
+        return m
+    raise SparkError(f"bad Spark master {master!r}; expected {MASTER_FORMS}")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_reachable(master: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """Raise :class:`SparkError` (one line, naming the URL) unless some host of a
+    ``spark://`` master accepts a TCP connection within ``timeout`` seconds."""
+    reasons = []
+    for host, port in standalone_hosts(master):
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                return
+        except socket.timeout:
+            reasons.append(f"{host}:{port}: no answer within {timeout:g} s")
+        except OSError as e:
+            reasons.append(f"{host}:{port}: {e.strerror or e}")
+    raise SparkError(f"Spark master {master} is unreachable ({'; '.join(reasons)}); is the "
+                     "cluster running? (python -m subzero.engine.cluster start starts one)")
 
 
 def java_version() -> int:
@@ -58,6 +147,98 @@ def java_version() -> int:
     return major
 
 
+def _executor_wait() -> float:
+    try:
+        return float(os.environ.get("SUBZERO_EXECUTOR_WAIT", EXECUTOR_WAIT_S))
+    except ValueError:
+        raise SparkError(f"SUBZERO_EXECUTOR_WAIT={os.environ['SUBZERO_EXECUTOR_WAIT']!r}: "
+                         "expected a number of seconds") from None
+
+
+def executor_count(sc: Any) -> int:
+    """Executors registered with ``sc`` (the driver's own block manager not counted)."""
+    n = int(sc._jsc.sc().getExecutorMemoryStatus().size())
+    return n if sc.master.startswith("local") else max(0, n - 1)
+
+
+def _wait_for_executor(sc: Any, master: str, log: Path) -> None:
+    wait = _executor_wait()
+    deadline = time.monotonic() + wait
+    while executor_count(sc) < 1:
+        if time.monotonic() > deadline:
+            sc.stop()
+            raise SparkError(
+                f"Spark master {master} gave no executor within {wait:g} s: it has no live "
+                f"worker with enough free cores and memory (see {log})")
+        time.sleep(0.1)
+
+
+def _start_context(context_cls: Any, conf: Any, gateway: Any, master: str, log: Path) -> Any:
+    """``SparkContext(conf, gateway)``, within a bounded time for a ``spark://`` master.
+
+    Spark's standalone client blocks the constructor until the master accepts the
+    application, retrying for a minute if it never answers (a port that is not a Spark
+    master, a master that is stuck); past ``min(10, $SUBZERO_EXECUTOR_WAIT)`` seconds the
+    gateway JVM is killed, which ends the wait, and :class:`SparkError` names the master.
+    """
+    if not master.startswith("spark://"):
+        return context_cls(conf=conf, gateway=gateway)
+    wait = min(REGISTER_WAIT_S, _executor_wait())
+    expired = threading.Event()
+
+    def give_up() -> None:
+        expired.set()
+        gateway.proc.kill()  # the JVM: the blocked constructor then fails at once
+
+    timer = threading.Timer(wait, give_up)
+    timer.daemon = True
+    timer.start()
+    try:
+        return context_cls(conf=conf, gateway=gateway)
+    except Exception:
+        if not expired.is_set():
+            raise
+        # the dead gateway must not be reused by the next attempt in this process
+        with context_cls._lock:
+            context_cls._gateway = context_cls._jvm = context_cls._active_spark_context = None
+        raise SparkError(f"Spark master {master} did not accept the application within "
+                         f"{wait:g} s: is it a Spark master? (see {log})") from None
+    finally:
+        timer.cancel()
+
+
+def _conf(want: str) -> Any:
+    # pyspark (and its JVM) only when a session is first needed
+    from pyspark import SparkConf
+
+    here = Path(__file__).parent
+    log4j = here / "log4j2.properties"
+    java_opts = (f"-Dlog4j.configurationFile=file:{log4j} "
+                 f"-Dlog4j2.configurationFile=file:{log4j}")
+    conf = (
+        SparkConf()
+        .setMaster(want)
+        .setAppName("subzero")
+        .set("spark.ui.enabled", "false")
+        .set("spark.ui.showConsoleProgress", "false")
+        .set("spark.driver.extraJavaOptions", java_opts)
+        .set("spark.executor.extraJavaOptions", java_opts)
+        .set("spark.driver.memory", os.environ.get("SUBZERO_DRIVER_MEMORY", "2g"))
+        .set("spark.python.worker.reuse", "true")
+        .set("spark.sql.execution.arrow.pyspark.enabled", "false")
+        .set("spark.scheduler.mode", "FAIR")
+        .set("spark.scheduler.allocation.file", (here / "fairscheduler.xml").as_uri())
+    )
+    if not want.startswith("local"):
+        python = os.environ["PYSPARK_PYTHON"]
+        conf.set("spark.pyspark.python", python)
+        conf.set("spark.executorEnv.PYSPARK_PYTHON", python)
+        conf.set("spark.task.maxFailures", str(CLUSTER_MAX_FAILURES))
+        if os.environ.get("PYTHONPATH"):  # executors import what the driver imports
+            conf.set("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
+    return conf
+
+
 def get_spark(master: str | None = None, log_dir: str | os.PathLike | None = None) -> Any:
     """The process's SparkSession, started on first use.
 
@@ -65,7 +246,7 @@ def get_spark(master: str | None = None, log_dir: str | os.PathLike | None = Non
     process) and says so on stderr.
     """
     global _session, _master
-    want = resolve_master(master)
+    want = check_master(resolve_master(master))
     with _lock:
         if _session is not None:
             if master is not None and want != _master:
@@ -73,44 +254,38 @@ def get_spark(master: str | None = None, log_dir: str | os.PathLike | None = Non
                       file=sys.stderr)
             return _session
         java_version()
+        if want.startswith("spark://"):
+            check_reachable(want)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-        if want.startswith("local"):
+        if want.startswith("local") or (want.startswith("spark://") and all(
+                _is_loopback(h) for h, _ in standalone_hosts(want))):
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         # pyspark (and its JVM) only when a session is first needed
-        from pyspark import SparkConf, SparkContext
+        from pyspark import SparkContext
         from pyspark.java_gateway import launch_gateway
         from pyspark.sql import SparkSession
 
         log_dir = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "subzero-logs"
         log_dir.mkdir(parents=True, exist_ok=True)
-        log4j = Path(__file__).with_name("log4j2.properties")
-        java_opts = (f"-Dlog4j.configurationFile=file:{log4j} "
-                     f"-Dlog4j2.configurationFile=file:{log4j}")
-        conf = (
-            SparkConf()
-            .setMaster(want)
-            .setAppName("subzero")
-            .set("spark.ui.enabled", "false")
-            .set("spark.ui.showConsoleProgress", "false")
-            .set("spark.driver.extraJavaOptions", java_opts)
-            .set("spark.executor.extraJavaOptions", java_opts)
-            .set("spark.driver.memory", os.environ.get("SUBZERO_DRIVER_MEMORY", "2g"))
-            .set("spark.python.worker.reuse", "true")
-            .set("spark.sql.execution.arrow.pyspark.enabled", "false")
-        )
-        log = open(log_dir / "spark.log", "ab")
+        conf = _conf(want)
+        log_path = log_dir / "spark.log"
+        log = open(log_path, "ab")
         try:
             gateway = launch_gateway(conf, popen_kwargs={"stdout": log, "stderr": log})
-            sc = SparkContext(conf=conf, gateway=gateway)
+            sc = _start_context(SparkContext, conf, gateway, want, log_path)
+        except SparkError:
+            raise
         except Exception as e:  # noqa: BLE001 - report Spark's start failure in one line
             raise SparkError(
                 f"Spark could not start with master {want!r}: {str(e).splitlines()[0]} "
-                f"(see {log_dir / 'spark.log'})"
+                f"(see {log_path})"
             ) from None
         finally:
             log.close()
         sc.setLogLevel("ERROR")
+        if want.startswith("spark://"):
+            _wait_for_executor(sc, want, log_path)
         _session = SparkSession(sc)
         _master = want
         return _session
