@@ -12,9 +12,19 @@ summed, cleaned of the cosmic rays both flagged, and searched for stars::
 
 28 operators: 24 built-ins with mapping functions, 4 UDFs (cr1, cr2, rmcr, clust; see
 :mod:`workflows.astro_udfs` for their honest composite lineage). Inputs ``exp1``/``exp2``
-come from FITS files (``--input exp1=PATH``) or are generated with a fixed seed; the
-auxiliary ``satmask``, ``biasmask``, ``darkmask`` (zero) and ``flatmask`` (one) are
-constants of the image's shape and do not count as input data.
+come from FITS files (``--input exp1=PATH``, read chunk by chunk by the engine) or are
+generated with a fixed seed, box by box in the tasks
+(:class:`workflows.astro_data.ExposureField`); the auxiliary ``satmask``, ``biasmask``,
+``darkmask`` (zero) and ``flatmask`` (one) are constants of the image's shape and do not
+count as input data.
+
+Many CCDs (``--param ccds=N``, an LSST visit has 189): N independent copies of the 28
+operators, CCD ``k`` (1-based) with its inputs, operators and named queries prefixed
+``c{k}.`` (``c3.exp1``, ``c3.rmcr``, ``c3.BQ0``); the auxiliary masks are one set for the
+visit. Each CCD's exposures are generated with its own seed (:func:`ccd_seed`; CCD 1 keeps
+``seed``, so it is the one-CCD workflow's pair) unless given per CCD with ``--input
+c{k}.exp1=PATH --input c{k}.exp2=PATH``; CCDs without files are generated. With
+``ccds=1`` (the default) nothing is prefixed.
 
 Strategies (paper Table II): ``blackbox`` (every operator re-executed), ``blackbox-opt``
 (mapping for built-ins, UDFs black box), ``full-one`` / ``full-many`` (built-ins map, UDFs
@@ -29,7 +39,10 @@ corner of exp1 forward through the overscan branch into rmoverscan1's input 1.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import numbers
+import re
+from functools import partial
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
@@ -37,14 +50,21 @@ from operators import Binary, Cast, Copy, MaskReplace, MeanBroadcast, Reduce, Su
 from subzero.cells import Box
 from subzero.errors import WorkflowError
 from subzero.workflow import NamedQuery, Workflow, parse_shape_param
-from workflows.astro_data import (EXPOSURE_SHAPE, SKY, exposure_paths, generate_exposures,
-                                  load_exposure)
+from workflows.astro_data import EXPOSURE_SHAPE, SKY, ExposureField, exposure_paths
 from workflows.astro_udfs import astronomy_udfs
 
 NAME = "astronomy"
 DESCRIPTION = ("LSST image cleaning and star detection: 2 exposures, 28 operators, 4 UDFs "
-               "(generated exposures unless --input exp1=... exp2=...)")
+               "(generated exposures unless --input exp1=... exp2=...; --param ccds=N for "
+               "N CCDs)")
 QUERY_SEED = 7
+#: CCDs one workflow may hold (an LSST visit has 189): more is a mistake, not a visit.
+MAX_CCDS = 1024
+#: The visit's constant frames, shared by all CCDs: (name, dtype, value).
+AUXILIARY = (("satmask", "uint8", 0), ("biasmask", "float32", 0.0),
+             ("darkmask", "float32", 0.0), ("flatmask", "float32", 1.0))
+#: Cells read at a time when a query or the summary scans an array (bounded memory).
+SCAN_CELLS = 1 << 22
 
 # the calibration chain of one exposure, in order: (name, operator factory, extra inputs)
 _CHAIN = [
@@ -60,74 +80,245 @@ def real_inputs() -> dict[str, str] | None:
     return None if paths is None else {"exp1": str(paths[0]), "exp2": str(paths[1])}
 
 
+# ---------------------------------------------------------------------------------------
+# parameters
+# ---------------------------------------------------------------------------------------
+
+
+def _int_param(value: Any) -> int | None:
+    """An int from Python (not a bool) or a string of digits from the CLI, else None."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+        return int(value)
+    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
+        return int(value)
+    return None
+
+
+def parse_ccds(value: Any) -> int:
+    """The number of CCDs: a positive integer up to :data:`MAX_CCDS`.
+
+    >>> parse_ccds("4"), parse_ccds(1)
+    (4, 1)
+    """
+    n = _int_param(value)
+    if n is None or not 1 <= n <= MAX_CCDS:
+        raise WorkflowError(f"ccds must be a positive integer up to {MAX_CCDS} (CCDs in the "
+                            f"visit, e.g. 4). Got {value!r}.")
+    return n
+
+
+def parse_seed(value: Any) -> int:
+    """The random seed of generated exposures: a non-negative integer.
+
+    >>> parse_seed("3")
+    3
+    """
+    n = _int_param(value)
+    if n is None or n < 0:
+        raise WorkflowError(f"seed must be a non-negative integer like 0. Got {value!r}.")
+    return n
+
+
+def ccd_prefix(k: int, ccds: int) -> str:
+    """The prefix of CCD ``k``'s names (1-based): ``c{k}.``, or none with one CCD.
+
+    >>> ccd_prefix(3, 4), ccd_prefix(1, 1)
+    ('c3.', '')
+    """
+    return "" if ccds == 1 else f"c{k}."
+
+
+def ccd_seed(seed: int, k: int) -> int:
+    """The seed of CCD ``k``'s generated exposures: ``seed`` for CCD 1, else one derived
+    from ``(seed, k)`` (so CCDs differ, and CCD 1 is the one-CCD workflow's pair).
+
+    >>> ccd_seed(5, 1), ccd_seed(5, 2) == ccd_seed(5, 2) != ccd_seed(5, 3)
+    (5, True)
+    """
+    if k == 1:
+        return seed
+    return int(np.random.SeedSequence([seed, k]).generate_state(1, np.uint64)[0])
+
+
+def _exposure_files(inputs: Mapping[str, str], ccds: int) -> dict[int, dict[int, str]]:
+    """The exposure files given per CCD (``{k: {e: path}}``), checked: names the workflow
+    knows, and both exposures of a CCD or neither."""
+    files: dict[int, dict[int, str]] = {}
+    aux = {name for name, _, _ in AUXILIARY}
+    for key, path in inputs.items():
+        m = re.fullmatch(r"exp([12])" if ccds == 1 else r"c([1-9][0-9]*)\.exp([12])", key)
+        if m and (ccds == 1 or int(m.group(1)) <= ccds):
+            k, e = (1, int(m.group(1))) if ccds == 1 else (int(m.group(1)), int(m.group(2)))
+            files.setdefault(k, {})[e] = path
+        elif key not in aux:
+            names = "exp1, exp2" if ccds == 1 else f"c1.exp1, c1.exp2 ... c{ccds}.exp2"
+            raise WorkflowError(f"--input {key}: the astronomy workflow with ccds={ccds} "
+                                f"reads {names} (and satmask, biasmask, darkmask, flatmask)")
+    for k, given in sorted(files.items()):
+        if len(given) < 2:
+            p = ccd_prefix(k, ccds)
+            missing = f"{p}exp{3 - next(iter(given))}"
+            ccd = "" if ccds == 1 else f" of CCD {k}"
+            raise WorkflowError(f"give both exposures{ccd}: --input {p}exp1=PATH "
+                                f"--input {p}exp2=PATH (missing {missing})")
+    return files
+
+
+# ---------------------------------------------------------------------------------------
+# the workflow
+# ---------------------------------------------------------------------------------------
+
+
+def _constant(value: Any, dtype: str, box: Box) -> np.ndarray:
+    """A constant frame's block (``blocks`` of the auxiliary inputs)."""
+    return np.full(box.shape, value, dtype=dtype)
+
+
 def build(inputs: Mapping[str, str] | None = None, seed: Any = 0, shape: Any = None,
-          sky: Any = SKY, threshold: Any = 100.0, mask: str = "and") -> Workflow:
-    """The 28-operator workflow.
+          sky: Any = SKY, threshold: Any = 100.0, mask: str = "and", ccds: Any = 1
+          ) -> Workflow:
+    """The 28-operator workflow, once per CCD.
 
     Parameters
     ----------
-    inputs : ``{"exp1": path, "exp2": path}`` FITS files (both or neither).
-    seed, shape : for generated exposures (default shape 2001 x 513).
+    inputs : FITS files by input name: ``{"exp1": path, "exp2": path}`` (both or neither);
+        with ``ccds`` > 1, ``c{k}.exp1`` and ``c{k}.exp2`` per CCD (both or neither for
+        each CCD; the others are generated).
+    seed, shape : for generated exposures (default shape 2001 x 513); CCD ``k`` uses
+        :func:`ccd_seed` ``(seed, k)``.
     sky : background level (counts) the cosmic-ray noise model adds back (see
         :class:`workflows.astro_udfs.CosmicRayDetect`).
     threshold : star detection threshold on the cleaned sum.
     mask : how ``maskexp`` combines the two cosmic-ray masks: ``and`` (the paper's workflow:
         only pixels flagged in both exposures) or ``or`` (either exposure).
+    ccds : number of CCDs (independent copies of the pipeline), a positive integer.
+
+    Examples
+    --------
+    >>> wf = build(shape="64x48", ccds=2).validate()
+    >>> len(wf.order), list(wf.inputs)[:3], list(wf.queries)[:2]
+    (56, ['c1.exp1', 'c1.exp2', 'c2.exp1'], ['c1.BQ0', 'c1.BQ1'])
     """
-    inputs = dict(inputs or {})
-    if inputs and set(inputs) != {"exp1", "exp2"}:
-        missing = {"exp1", "exp2"} - set(inputs)
-        if missing:
-            raise WorkflowError(f"give both exposures: --input exp1=PATH --input exp2=PATH "
-                                f"(missing {', '.join(sorted(missing))})")
+    n = parse_ccds(ccds)
+    files = _exposure_files(dict(inputs or {}), n)
     if mask not in ("and", "or"):
         raise WorkflowError(f"mask must be 'and' or 'or'. Got {mask!r}.")
-    seed, sky, threshold = int(seed), float(sky), float(threshold)
+    seed, sky, threshold = parse_seed(seed), float(sky), float(threshold)
     shp = EXPOSURE_SHAPE if shape is None else parse_shape_param(shape, minimum=8)
-    if inputs and shape is not None and shp != EXPOSURE_SHAPE:
+    if files and shape is not None and shp != EXPOSURE_SHAPE:
         raise WorkflowError("shape applies to generated exposures only")
+    data = "generated" if not files else "files" if len(files) == n else "mixed"
     params = {"seed": seed, "shape": list(shp), "sky": sky, "threshold": threshold,
-              "mask": mask, "data": "files" if inputs else "generated"}
-    wf = Workflow(NAME, DESCRIPTION, params=params)
+              "mask": mask, "data": data, "ccds": n}
+    description = DESCRIPTION if n == 1 else f"{DESCRIPTION}; {n} CCDs"
+    wf = Workflow(NAME, description, params=params)
 
-    cache: dict[str, np.ndarray] = {}
+    for k in range(1, n + 1):
+        field = ExposureField(ccd_seed(seed, k), shp)
+        of = "" if n == 1 else f" of CCD {k}"
+        for e in (1, 2):
+            # generated box by box in the tasks, unless --input gives the file
+            wf.input(f"{ccd_prefix(k, n)}exp{e}", shp, "uint16", blocks=field.blocks(e),
+                     description=f"exposure {e}{of} (uint16 counts)")
+    for name, dtype, fill in AUXILIARY:
+        what = ("saturation mask (all zero)" if name == "satmask"
+                else f"{name[:-4]} frame (all {fill:g})")
+        wf.input(name, shp, dtype, blocks=partial(_constant, fill, dtype), auxiliary=True,
+                 description=what)
+    for k in range(1, n + 1):
+        _add_pipeline(wf, ccd_prefix(k, n), sky, threshold, mask)
+        for q in named_queries(shp, ccd_prefix(k, n)):
+            wf.query(q)
+    return wf
 
-    def exposure(k: int) -> np.ndarray:
-        if "pair" not in cache:
-            cache["pair"] = generate_exposures(seed, shp)
-        return cache["pair"][k]
 
-    for e in (1, 2):
-        wf.input(f"exp{e}", shp, "uint16", source=lambda k=e - 1: exposure(k),
-                 loader=load_exposure, description=f"exposure {e} (uint16 counts)")
-    wf.input("satmask", shp, "uint8", source=lambda: np.zeros(shp, np.uint8), auxiliary=True,
-             description="saturation mask (all zero)")
-    for name, fill in (("biasmask", 0.0), ("darkmask", 0.0), ("flatmask", 1.0)):
-        wf.input(name, shp, "float32", source=lambda f=fill: np.full(shp, f, np.float32),
-                 auxiliary=True, description=f"{name[:-4]} frame (all {fill:g})")
-
+def _add_pipeline(wf: Workflow, p: str, sky: float, threshold: float, mask: str) -> None:
+    """One CCD's 28 operators, named with prefix ``p``."""
     udfs = astronomy_udfs(sky=sky, threshold=threshold)
     for e in (1, 2):
-        prev = f"exp{e}"
+        prev = f"{p}exp{e}"
         for name, make, extra in _CHAIN:
-            wf.add(f"{name}{e}", make(), prev, *extra)
-            prev = f"{name}{e}"
-        wf.add(f"overscanimg{e}", Subarray("0:1, 0:1"), f"badpixrm{e}")
-        wf.add(f"meanoverscan{e}", Reduce("mean", dtype="float64"), f"overscanimg{e}")
-        wf.add(f"rmoverscan{e}", Binary("subtract"), f"badpixrm{e}", f"meanoverscan{e}")
-        wf.add(f"biascorrect{e}", Binary("subtract"), f"rmoverscan{e}", "biasmask")
-        wf.add(f"darkcorrect{e}", Binary("subtract"), f"biascorrect{e}", "darkmask")
-        wf.add(f"flatcorrect{e}", Binary("divide"), f"darkcorrect{e}", "flatmask")
-        wf.add(f"bgmean{e}", MeanBroadcast(), f"flatcorrect{e}")
-        wf.add(f"rmbg{e}", Binary("subtract"), f"flatcorrect{e}", f"bgmean{e}")
-        wf.add(f"cr{e}", udfs[f"cr{e}"], f"rmbg{e}")
-    wf.add("sumexp", Binary("add"), "rmbg1", "rmbg2")
-    wf.add("maskexp", Binary("logical_and" if mask == "and" else "logical_or"), "cr1", "cr2")
-    wf.add("rmcr", udfs["rmcr"], "sumexp", "maskexp")
-    wf.add("clust", udfs["clust"], "rmcr")
-    for q in named_queries(shp):
-        wf.query(q)
-    return wf
+            wf.add(f"{p}{name}{e}", make(), prev, *extra)
+            prev = f"{p}{name}{e}"
+        wf.add(f"{p}overscanimg{e}", Subarray("0:1, 0:1"), f"{p}badpixrm{e}")
+        wf.add(f"{p}meanoverscan{e}", Reduce("mean", dtype="float64"), f"{p}overscanimg{e}")
+        wf.add(f"{p}rmoverscan{e}", Binary("subtract"), f"{p}badpixrm{e}",
+               f"{p}meanoverscan{e}")
+        wf.add(f"{p}biascorrect{e}", Binary("subtract"), f"{p}rmoverscan{e}", "biasmask")
+        wf.add(f"{p}darkcorrect{e}", Binary("subtract"), f"{p}biascorrect{e}", "darkmask")
+        wf.add(f"{p}flatcorrect{e}", Binary("divide"), f"{p}darkcorrect{e}", "flatmask")
+        wf.add(f"{p}bgmean{e}", MeanBroadcast(), f"{p}flatcorrect{e}")
+        wf.add(f"{p}rmbg{e}", Binary("subtract"), f"{p}flatcorrect{e}", f"{p}bgmean{e}")
+        wf.add(f"{p}cr{e}", udfs[f"cr{e}"], f"{p}rmbg{e}")
+    wf.add(f"{p}sumexp", Binary("add"), f"{p}rmbg1", f"{p}rmbg2")
+    wf.add(f"{p}maskexp", Binary("logical_and" if mask == "and" else "logical_or"),
+           f"{p}cr1", f"{p}cr2")
+    wf.add(f"{p}rmcr", udfs["rmcr"], f"{p}sumexp", f"{p}maskexp")
+    wf.add(f"{p}clust", udfs["clust"], f"{p}rmcr")
+
+
+# ---------------------------------------------------------------------------------------
+# reading a run's arrays in row blocks
+# ---------------------------------------------------------------------------------------
+
+
+def _row_blocks(run: Any, name: str) -> Iterator[tuple[int, np.ndarray]]:
+    """Array ``name`` of a finished run in blocks of whole rows (about
+    :data:`SCAN_CELLS` cells each, whole stored chunks), with each block's first row; the
+    whole array at once when the run has no stored array to read (a stand-in)."""
+    loaded = getattr(run, "loaded", run)
+    if not hasattr(loaded, "array_path"):
+        yield 0, np.asarray(run.array(name))
+        return
+    import zarr  # zarr only once an array is read (slow to import)
+
+    arr = zarr.open_array(str(loaded.array_path(name)), mode="r")
+    if arr.ndim == 0 or arr.shape[0] == 0:
+        yield 0, np.asarray(arr[...])
+        return
+    per_row = max(1, int(np.prod(arr.shape[1:])))
+    chunk = max(1, int(arr.chunks[0]))
+    rows = max(chunk, SCAN_CELLS // per_row // chunk * chunk)
+    for r in range(0, arr.shape[0], rows):
+        yield r, np.asarray(arr[r:r + rows])
+
+
+def _count(run: Any, name: str) -> int:
+    """Nonzero cells of array ``name``, read in row blocks."""
+    return sum(int(np.count_nonzero(b)) for _, b in _row_blocks(run, name))
+
+
+def _labels(run: Any, name: str) -> int:
+    """Distinct positive labels of array ``name``, read in row blocks."""
+    seen: set[int] = set()
+    for _, b in _row_blocks(run, name):
+        seen.update(np.unique(b[b > 0]).tolist())
+    return len(seen)
+
+
+def _pick(run: Any, name: str, positive: bool, k: int, seed: int) -> np.ndarray:
+    """``k`` cells of array ``name`` that are nonzero (``positive``: > 0), chosen with
+    ``seed`` among all of them in row-major order (all when there are ``k`` or fewer);
+    two passes over row blocks, so memory stays bounded."""
+    def hit(b: np.ndarray) -> np.ndarray:
+        return b > 0 if positive else b.astype(bool)
+
+    counts = [int(np.count_nonzero(hit(b))) for _, b in _row_blocks(run, name)]
+    total = sum(counts)
+    if total <= k:
+        chosen = np.arange(total)
+    else:
+        rng = np.random.default_rng(seed)
+        chosen = np.sort(rng.choice(total, size=k, replace=False))
+    out = [np.zeros((0, 2), dtype=np.int64)]
+    starts = np.cumsum([0, *counts])
+    for i, (r, b) in enumerate(_row_blocks(run, name)):
+        mine = chosen[(chosen >= starts[i]) & (chosen < starts[i + 1])] - starts[i]
+        if len(mine):
+            cells = np.argwhere(hit(b))[mine]
+            cells[:, 0] += r
+            out.append(cells)
+    return np.concatenate(out)
 
 
 # ---------------------------------------------------------------------------------------
@@ -136,68 +327,78 @@ def build(inputs: Mapping[str, str] | None = None, seed: Any = 0, shape: Any = N
 
 
 def summary(run: Any) -> list[str]:
-    """Cosmic-ray pixels flagged per exposure, and the stars detected."""
-    crs = [int(np.count_nonzero(run.array(f"cr{e}"))) for e in (1, 2)]
-    labels = np.asarray(run.array("clust"))
-    stars = len(np.unique(labels[labels > 0]))
-    return [f"cosmic rays: {crs[0]:,} pixels flagged in exp1, {crs[1]:,} in exp2; "
-            f"stars: {stars:,} detected"]
+    """Cosmic-ray pixels flagged per exposure, and the stars detected (totals over the
+    CCDs); arrays are read in row blocks."""
+    n = int(run.workflow.params.get("ccds", 1))
+    prefixes = [ccd_prefix(k, n) for k in range(1, n + 1)]
+    crs = [sum(_count(run, f"{p}cr{e}") for p in prefixes) for e in (1, 2)]
+    stars = sum(_labels(run, f"{p}clust") for p in prefixes)
+    line = (f"cosmic rays: {crs[0]:,} pixels flagged in exp1, {crs[1]:,} in exp2; "
+            f"stars: {stars:,} detected")
+    return [line if n == 1 else f"{n} CCDs: {line}"]
 
 
-def _calibration_path(e: int) -> list[tuple[str, int]]:
+def _calibration_path(e: int, p: str = "") -> list[tuple[str, int]]:
     """rmbg{e} back to exp{e} along input 0 of every calibration step."""
     names = ["rmbg", "flatcorrect", "darkcorrect", "biascorrect", "rmoverscan", "badpixrm",
              "addmaskattr", "linearity"]
-    return [(f"{n}{e}", 0) for n in names]
+    return [(f"{p}{n}{e}", 0) for n in names]
 
 
-def _pick(mask: np.ndarray, k: int, seed: int) -> np.ndarray:
-    cells = np.argwhere(mask)
-    if len(cells) <= k:
-        return cells
-    rng = np.random.default_rng(seed)
-    return cells[np.sort(rng.choice(len(cells), size=k, replace=False))]
-
-
-def _cleaned_pixels(run: Any) -> np.ndarray:
+def _cleaned_pixels(run: Any, prefix: str = "") -> np.ndarray:
     """10 pixels rmcr cleaned (flagged in maskexp), chosen with the query seed."""
-    m = run.array("maskexp").astype(bool)
-    if not m.any():  # nothing flagged in both: fall back to exposure 1's cosmic rays
-        m = run.array("cr1").astype(bool)
-    if not m.any():
-        raise WorkflowError("no cosmic-ray pixels in this run: BQ0/BQ2 have nothing to trace")
-    return _pick(m, 10, QUERY_SEED)
+    cells = _pick(run, f"{prefix}maskexp", False, 10, QUERY_SEED)
+    if not len(cells):  # nothing flagged in both: fall back to exposure 1's cosmic rays
+        cells = _pick(run, f"{prefix}cr1", False, 10, QUERY_SEED)
+    if not len(cells):
+        where = "this run" if not prefix else f"CCD {prefix[1:-1]} of this run"
+        raise WorkflowError(f"no cosmic-ray pixels in {where}: {prefix}BQ0/{prefix}BQ2 have "
+                            "nothing to trace")
+    return cells
 
 
-def _star_pixels(run: Any) -> np.ndarray:
-    m = run.array("clust") > 0
-    if not m.any():
-        raise WorkflowError("no stars in this run: BQ1/BQ3 have nothing to trace")
-    return _pick(m, 10, QUERY_SEED + 1)
+def _star_pixels(run: Any, prefix: str = "") -> np.ndarray:
+    """10 star pixels of clust, chosen with the query seed."""
+    cells = _pick(run, f"{prefix}clust", True, 10, QUERY_SEED + 1)
+    if not len(cells):
+        where = "this run" if not prefix else f"CCD {prefix[1:-1]} of this run"
+        raise WorkflowError(f"no stars in {where}: {prefix}BQ1/{prefix}BQ3 have nothing to "
+                            "trace")
+    return cells
 
 
-def named_queries(shape: tuple[int, int]) -> list[NamedQuery]:
+def _box(box: Box, run: Any) -> Box:
+    """A fixed box as a query's cells."""
+    return box
+
+
+def named_queries(shape: tuple[int, int], prefix: str = "") -> list[NamedQuery]:
+    """The paper's queries on one CCD (names, paths and arrays prefixed ``prefix``)."""
     h, w = shape
+    p = prefix
     r0 = int(np.random.default_rng(QUERY_SEED).integers(0, max(1, h - 25)))
     c0 = int(np.random.default_rng(QUERY_SEED + 2).integers(0, max(1, w - 20)))
     out = []
     for name, e, side in (("BQ0", 1, 0), ("BQ2", 2, 1)):
         out.append(NamedQuery(
-            name, "backward", "rmcr", _cleaned_pixels,
-            path=[("rmcr", 1), ("maskexp", side), (f"cr{e}", 0), *_calibration_path(e)],
-            description=f"10 cosmic-ray-cleaned pixels of rmcr back to exp{e}"))
+            f"{p}{name}", "backward", f"{p}rmcr", partial(_cleaned_pixels, prefix=p),
+            path=[(f"{p}rmcr", 1), (f"{p}maskexp", side), (f"{p}cr{e}", 0),
+                  *_calibration_path(e, p)],
+            description=f"10 cosmic-ray-cleaned pixels of {p}rmcr back to {p}exp{e}"))
     for name, e in (("BQ1", 2), ("BQ3", 1)):
         out.append(NamedQuery(
-            name, "backward", "clust", _star_pixels,
-            path=[("clust", 0), ("rmcr", 0), ("sumexp", e - 1), *_calibration_path(e)],
-            description=f"10 star pixels of clust back to exp{e}"))
+            f"{p}{name}", "backward", f"{p}clust", partial(_star_pixels, prefix=p),
+            path=[(f"{p}clust", 0), (f"{p}rmcr", 0), (f"{p}sumexp", e - 1),
+                  *_calibration_path(e, p)],
+            description=f"10 star pixels of {p}clust back to {p}exp{e}"))
     out.append(NamedQuery(
-        "BQ4", "backward", "rmcr", lambda run, b=Box((r0, c0), (r0 + 25, c0 + 20)): b,
-        path=[("rmcr", 0)], description="a 25 x 20 block of rmcr one step back (to sumexp)"))
+        f"{p}BQ4", "backward", f"{p}rmcr", partial(_box, Box((r0, c0), (r0 + 25, c0 + 20))),
+        path=[(f"{p}rmcr", 0)],
+        description=f"a 25 x 20 block of {p}rmcr one step back (to {p}sumexp)"))
     out.append(NamedQuery(
-        "FQ0", "forward", "exp1", lambda run: Box((0, 0), (10, 10)),
-        path=[("linearity1", 0), ("addmaskattr1", 0), ("badpixrm1", 0), ("overscanimg1", 0),
-              ("meanoverscan1", 0), ("rmoverscan1", 1)],
-        description="the 10 x 10 corner of exp1 forward through the overscan branch"))
+        f"{p}FQ0", "forward", f"{p}exp1", partial(_box, Box((0, 0), (10, 10))),
+        path=[(f"{p}linearity1", 0), (f"{p}addmaskattr1", 0), (f"{p}badpixrm1", 0),
+              (f"{p}overscanimg1", 0), (f"{p}meanoverscan1", 0), (f"{p}rmoverscan1", 1)],
+        description=f"the 10 x 10 corner of {p}exp1 forward through the overscan branch"))
     out.sort(key=lambda q: q.name)
     return out
