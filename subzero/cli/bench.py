@@ -10,7 +10,7 @@ from typing import Any
 
 from subzero.errors import SubZeroError
 
-BENCHMARKS = ("astronomy", "genomics", "encoders", "query", "executor", "optimizer")
+BENCHMARKS = ("astronomy", "genomics", "encoders", "query", "executor", "optimizer", "scale")
 
 
 def benchmarks_dir() -> Path:
