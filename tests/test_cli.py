@@ -58,7 +58,9 @@ def test_run_json_runs_and_export(spark, home, capsys, tmp_path):
                  "--strategy", "blackbox-opt", "--chunks", "2"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert set(doc) == {"run", "workflow", "strategy", "runtime_s", "input_bytes",
-                        "lineage_bytes", "operators", "summary"}
+                        "lineage_bytes", "operators", "summary", "stages", "concurrency",
+                        "driver_peak_rss"}
+    assert doc["stages"] >= 1 and doc["driver_peak_rss"] > 0
     assert doc["workflow"] == "example" and doc["strategy"] == "blackbox-opt"
     assert set(doc["operators"][0]) == {"name", "runtime_s", "lineage_s", "lineage_bytes",
                                         "strategies"}

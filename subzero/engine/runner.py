@@ -1,36 +1,56 @@
-"""The driver's side of a run: plan, inputs, one Spark stage per operator, catalog rows.
+"""The driver's side of a run: plan, inputs, fused Spark stages, catalog rows.
 
-:func:`run_workflow` executes a workflow in topological order, one stage per operator and
-one task per output chunk (:mod:`subzero.engine.tasks`), in small steps:
+:func:`run_workflow` executes a workflow as fused stages (:mod:`subzero.engine.stages`),
+each one Spark job with one task per output chunk (:mod:`subzero.engine.tasks`), in
+small steps:
 
-1. validate the workflow, resolve its strategies, read the inputs, start Spark and open
-   the run's catalog row; :func:`_store_inputs` writes every input as a zarr array;
+1. validate the workflow, resolve its strategies, check the inputs, start Spark and open
+   the run's catalog row; :func:`_store_inputs` writes the inputs the driver reads whole
+   (small ones); the others are produced chunk by chunk by the first stages' tasks;
 2. :func:`_save_workflow`: the bound workflow, for re-execution;
-3. per operator, :func:`_run_stage` (the tasks), :func:`_enforce_budget` (drop shards that
-   would exceed ``max_disk``) and :func:`_record_stage` (shards, statistics, timings);
+3. :func:`_execute`: stages whose dependencies are done are submitted from a small thread
+   pool, so independent stages (two exposures, many CCDs) run at the same time on Spark's
+   FAIR scheduler; per stage, :func:`_submit` records its operators and creates their
+   arrays, and when it completes, per operator in run order, :func:`_enforce_budget` (drop
+   shards that would exceed ``max_disk``) and :func:`_record_stage` (shards, statistics,
+   timings). Catalog writes all happen on this thread;
 4. :func:`_finish`: the run's totals; a failure marks the run ``failed`` instead.
+
+No step collects an array or lineage pairs to the driver: tasks return timings and
+statistics only.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from subzero.chunking import Chunking, task_grid
+from subzero.cells import Box
+from subzero.chunking import Chunking, chunk_grid, task_grid
 from subzero.engine import arrays, layout
+from subzero.engine.capacity import check_fits
 from subzero.engine.catalog import Catalog
-from subzero.engine.inputs import load_inputs
+from subzero.engine.inputs import plan_inputs
 from subzero.engine.spark import get_spark, resolve_master
-from subzero.engine.tasks import make_jobs, raise_task_error, run_jobs
+from subzero.engine.stages import Stage, plan_stages
+from subzero.engine.tasks import (GroupJob, InputJob, TaskJob, make_jobs, raise_task_error,
+                                  run_groups)
 from subzero.modes import BLACKBOX, Strategy, capture_modes
 from subzero.workflow import Workflow
+
+
+#: stages that write at most this many cells (a 1 x 1 overscan, a scalar mean) run on the
+#: driver: a Spark job costs tens of milliseconds before any work starts
+DRIVER_STAGE_CELLS = 1024
 
 
 @dataclass
@@ -44,12 +64,19 @@ class RunResult:
     input_bytes: int
     lineage_bytes: int
     operators: list[dict[str, Any]] = field(default_factory=list)
+    #: the Spark jobs the run took (fused stages), and how many ran at once at most
+    stages: int = 0
+    concurrency: int = 1
+    #: the driver process's peak resident memory (bytes) when the run ended
+    driver_peak_rss: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
             "run": self.run, "workflow": self.workflow, "strategy": self.strategy,
             "runtime_s": self.runtime_s, "input_bytes": self.input_bytes,
-            "lineage_bytes": self.lineage_bytes, "operators": self.operators,
+            "lineage_bytes": self.lineage_bytes, "stages": self.stages,
+            "concurrency": self.concurrency, "driver_peak_rss": self.driver_peak_rss,
+            "operators": self.operators,
         }
 
 
@@ -64,6 +91,7 @@ class _Run:
     chunking: Chunking
     spark: Any
     max_disk: int | None
+    plan: dict[str, list[Strategy]] = field(default_factory=dict)
     paths: dict[str, Path] = field(default_factory=dict)
     input_bytes: int = 0
     lineage_bytes: int = 0
@@ -110,16 +138,21 @@ def _save_workflow(r: _Run) -> None:
 
 
 def _store_inputs(r: _Run, data: Mapping[str, np.ndarray]) -> None:
-    """Write every input as a zarr array and record it."""
+    """Write the inputs the driver read whole as zarr arrays and record them."""
     for name, arr in data.items():
         path = r.paths[name] = layout.array_path(r.home, r.rid, name)
-        ch = r.chunking.chunk_shape(arr.shape)
-        arrays.write_array(path, arr, ch)
-        nbytes = arrays.logical_bytes(arr.shape, arr.dtype)
-        if not r.wf.inputs[name].auxiliary:
-            r.input_bytes += nbytes
-        r.cat.add_array(r.rid, name, arr.shape, str(arr.dtype), ch, None, nbytes,
-                        arrays.stored_bytes(path))
+        arrays.write_array(path, arr, r.chunking.chunk_shape(arr.shape))
+        _record_input(r, name)
+
+
+def _record_input(r: _Run, name: str) -> None:
+    spec = r.wf.inputs[name]
+    nbytes = arrays.logical_bytes(spec.shape, spec.dtype)
+    if not spec.auxiliary:
+        r.input_bytes += nbytes
+    r.cat.add_array(r.rid, name, spec.shape, str(spec.dtype),
+                    r.chunking.chunk_shape(spec.shape), None, nbytes,
+                    arrays.stored_bytes(r.paths[name]))
 
 
 def _shard_row(name: str, s: dict[str, Any], home: Path) -> dict[str, Any]:
@@ -132,12 +165,14 @@ def _shard_row(name: str, s: dict[str, Any], home: Path) -> dict[str, Any]:
             "attempt": s.get("attempt", 0)}
 
 
-def _run_stage(r: _Run, pos: int, name: str, strategies: list[Strategy]) -> _Stage:
-    """Record the operator, create its array and run its tasks as one Spark stage."""
+def _op_jobs(r: _Run, name: str, fused: Mapping[str, int]) -> list[TaskJob]:
+    """Record operator ``name``, create its array and make its tasks (one per chunk).
+    ``fused`` holds the steps computed earlier in the same task, read from memory."""
     op, node = r.wf.ops[name], r.wf.nodes[name]
+    strategies = r.plan[name]
     r.cat.add_operator(
-        r.rid, pos, name, f"{type(op).__module__}.{type(op).__qualname__}", op.kind,
-        op.params(), list(node.inputs), sorted(m.value for m in op.supported_modes()),
+        r.rid, r.wf.order.index(name), name, f"{type(op).__module__}.{type(op).__qualname__}",
+        op.kind, op.params(), list(node.inputs), sorted(m.value for m in op.supported_modes()),
         [s.name for s in strategies], str(op.parallelism),
     )
     out_chunks = r.chunking.chunk_shape(op.out_shape)
@@ -145,13 +180,130 @@ def _run_stage(r: _Run, pos: int, name: str, strategies: list[Strategy]) -> _Sta
     arrays.create_array(r.paths[name], op.out_shape, op.out_dtype, out_chunks)
     jobs = make_jobs(r.home, r.rid, op, [r.paths[s] for s in node.inputs], r.paths[name],
                      task_grid(op, out_chunks), strategies, capture_modes(strategies))
+    memory = tuple(s if s in fused else None for s in node.inputs)
+    return [replace(j, memory=memory) for j in jobs] if any(memory) else jobs
+
+
+def _input_jobs(r: _Run, name: str, source: Callable[[Box], np.ndarray]) -> list[InputJob]:
+    spec = r.wf.inputs[name]
+    chunks = r.chunking.chunk_shape(spec.shape)
+    path = r.paths[name] = layout.array_path(r.home, r.rid, name)
+    arrays.create_array(path, spec.shape, spec.dtype, chunks)
+    return [InputJob(name, idx, box, source, spec.dtype, str(path))
+            for idx, box in chunk_grid(spec.shape, chunks)]
+
+
+def _submit(r: _Run, st: Stage, sources: Mapping[str, Callable[[Box], np.ndarray]]
+            ) -> list[GroupJob]:
+    """The stage's tasks: per chunk, its steps in order (inputs first)."""
+    steps: list[list[Any]] = []
+    fused: dict[str, int] = {}
+    for name in st.names:
+        jobs = (_input_jobs(r, name, sources[name]) if name in sources
+                else _op_jobs(r, name, fused))
+        steps.append(jobs)
+        fused[name] = 1
+    return [GroupJob(_index(chunk[0]), tuple(chunk)) for chunk in zip(*steps)]
+
+
+def _index(job: TaskJob | InputJob) -> tuple[int, ...]:
+    return job.index if isinstance(job, InputJob) else job.chunk.index
+
+
+def _run_stage_jobs(spark: Any, jobs: list[GroupJob], label: str
+                    ) -> tuple[list[list[dict[str, Any]]], float]:
     t0 = time.perf_counter()
-    results = run_jobs(jobs, r.spark, f"{r.rid}: {name}")
-    wall = time.perf_counter() - t0
+    results = run_groups(jobs, spark, label)
+    return results, time.perf_counter() - t0
+
+
+def _stage_cells(wf: Workflow, st: Stage) -> int:
+    """Cells a stage's tasks write and read."""
+    total = 0
+    for n in st.names:
+        if n in wf.inputs:
+            total += int(np.prod(wf.inputs[n].shape, dtype=np.int64))
+            continue
+        op = wf.ops[n]
+        full = Box.full(op.out_shape)
+        boxes = [full, *(op.input_box(full, i) for i in range(len(op.in_shapes)))]
+        total += sum(int(np.prod(b.shape, dtype=np.int64)) for b in boxes)
+    return total
+
+
+def _stage_label(r: _Run, st: Stage) -> str:
+    names = st.names if len(st.names) <= 3 else [st.names[0], "...", st.names[-1]]
+    return f"{r.rid}: {' > '.join(names)}"
+
+
+def _op_stage(r: _Run, name: str, results: list[dict[str, Any]], wall: float) -> _Stage:
     raise_task_error(name, results)
     shards = [s for res in results for s in res["shards"]]
     rows = [_shard_row(name, s, r.home) for s in shards if s.get("path")]
-    return _Stage(name, list(strategies), results, wall, shards, rows)
+    return _Stage(name, list(r.plan[name]), results, wall, shards, rows)
+
+
+def _complete(r: _Run, st: Stage, results: list[list[dict[str, Any]]], wall: float,
+              bar: Any) -> None:
+    """Record a finished stage, step by step in run order. Each operator's runtime is the
+    stage's wall time shared out by the operator's part of the tasks' time."""
+    per_step: list[list[dict[str, Any]]] = [[] for _ in st.names]
+    for chunk in results:
+        for k, res in enumerate(chunk):
+            per_step[k].append(res)
+    for k, name in enumerate(st.names):  # the first error, in step order
+        if any("error" in res for res in per_step[k]):
+            raise_task_error(name, per_step[k])
+    task_s = [sum(res.get("task_s", 0.0) for res in rs) for rs in per_step]
+    total = sum(task_s) or 1.0
+    for k, name in enumerate(st.names):
+        if name in r.wf.inputs:
+            _record_input(r, name)
+            continue
+        stage = _op_stage(r, name, per_step[k], wall * task_s[k] / total)
+        _enforce_budget(r, stage)
+        _record_stage(r, stage)
+        if bar is not None:
+            bar.set_description(name)
+            bar.update(1)
+
+
+def _execute(r: _Run, stages: list[Stage], sources: Mapping[str, Callable[[Box], np.ndarray]],
+             workers: int, bar: Any) -> int:
+    """Run every stage once its dependencies are done, up to ``workers`` at a time; record
+    each as it completes. Returns how many stages ran at once at most."""
+    pending = {st.id: st for st in stages}
+    done: set[int] = set()
+    running: dict[Future, Stage] = {}
+    most = 0
+    first = {st.id: min((r.wf.order.index(n) for n in st.names if n in r.wf.ops), default=-1)
+             for st in stages}
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="subzero-stage") as pool:
+        try:
+            while pending or running:
+                ready = sorted((st for st in pending.values() if st.deps <= done),
+                               key=lambda st: (first[st.id], st.id))
+                for st in ready[:max(0, workers - len(running))]:
+                    del pending[st.id]
+                    jobs = _submit(r, st, sources)
+                    spark = None if _stage_cells(r.wf, st) <= DRIVER_STAGE_CELLS else r.spark
+                    running[pool.submit(_run_stage_jobs, spark, jobs,
+                                        _stage_label(r, st))] = st
+                most = max(most, len(running))
+                if not running:
+                    raise RuntimeError(f"stages {sorted(pending)} wait on each other")
+                finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
+                for fut in sorted(finished, key=lambda f: running[f].id):
+                    st = running.pop(fut)
+                    results, wall = fut.result()
+                    _complete(r, st, results, wall, bar)
+                    done.add(st.id)
+        except BaseException:
+            for fut in running:  # let the stages in flight end before the run is marked
+                fut.cancel()
+            wait(list(running))
+            raise
+    return most
 
 
 def _enforce_budget(r: _Run, st: _Stage) -> None:
@@ -225,6 +377,8 @@ def run_workflow(
     on_plan: Callable[[dict[str, list[Strategy]]], None] | None = None,
     max_disk: int | None = None,
     label: str | None = None,
+    fuse: bool = True,
+    workers: int | None = None,
 ) -> RunResult:
     """Execute ``wf`` on Spark and record everything in the home's catalog.
 
@@ -239,6 +393,10 @@ def run_workflow(
     queries re-execute it. The stored total at rest never exceeds the budget (while one
     stage runs, its shards may briefly take up to one operator's lineage more).
     ``label`` names the run's strategy in the catalog (default: the strategy, or "plan").
+
+    ``fuse=False`` runs one Spark job per step (no fused stages); ``workers`` caps the
+    stages that run at once (default: the session's parallelism, at least 2; 1 under a
+    ``max_disk`` budget, so the budget drops the same operators' shards in every run).
     """
     wf.validate()
     resolved = wf.plan(plan if plan is not None else strategy)
@@ -246,11 +404,16 @@ def run_workflow(
         on_plan(resolved)
     chunking = chunking or Chunking()
     home = layout.resolve_home(home)
-    data = load_inputs(wf, inputs)
+    check_fits(wf, home)
+    sources, data = plan_inputs(wf, inputs)
     if spark is None:
         spark = get_spark(master, layout.logs_dir(home))
+    parallelism = int(spark.sparkContext.defaultParallelism)
     if chunking.is_default:
-        chunking = chunking.with_tasks(spark.sparkContext.defaultParallelism)
+        chunking = chunking.with_tasks(parallelism)
+    if workers is None:
+        workers = 1 if max_disk is not None else max(2, parallelism)
+    stages = plan_stages(wf, set(sources), chunking.chunk_shape, fuse=fuse)
     cat = Catalog(layout.catalog_path(home))
     label = label or ("plan" if plan is not None else strategy)
     rid = cat.create_run(
@@ -258,24 +421,19 @@ def run_workflow(
         plan={n: [s.name for s in ss] for n, ss in resolved.items()},
         master=resolve_master(master), chunking=chunking.to_json(),
     )
-    r = _Run(wf, home, rid, cat, chunking, spark, max_disk)
+    r = _Run(wf, home, rid, cat, chunking, spark, max_disk, resolved)
     t_start = time.perf_counter()
     bar = _progress(len(wf.order), progress)
     try:
         layout.arrays_dir(home, rid).mkdir(parents=True, exist_ok=False)
         _save_workflow(r)
         _store_inputs(r, data)
-        for pos, name in enumerate(wf.order):
-            stage = _run_stage(r, pos, name, resolved[name])
-            _enforce_budget(r, stage)
-            _record_stage(r, stage)
-            if bar is not None:
-                bar.set_description(name)
-                bar.update(1)
+        most = _execute(r, stages, sources, workers, bar)
         runtime = time.perf_counter() - t_start
         _finish(r, runtime)
+        r.operators.sort(key=lambda o: wf.order.index(o["name"]))
         return RunResult(rid, wf.name, label, runtime, r.input_bytes, r.lineage_bytes,
-                         r.operators)
+                         r.operators, len(stages), most, _peak_rss())
     except BaseException as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         cat.finish_run(rid, "failed", error=msg, runtime_s=time.perf_counter() - t_start)
@@ -284,3 +442,9 @@ def run_workflow(
         if bar is not None:
             bar.close()
         cat.close()
+
+
+def _peak_rss() -> int:
+    """This process's peak resident memory in bytes (Linux reports kilobytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak) * (1 if sys.platform == "darwin" else 1024)

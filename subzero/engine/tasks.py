@@ -49,6 +49,30 @@ class TaskJob:
     modes: frozenset[Mode]
     collect: bool = False  # return the captured pairs (re-execution)
     reduce: Reduce | None = None
+    #: per input, the earlier step of a fused task whose output block it reads from memory
+    #: (None: read from ``in_paths``)
+    memory: tuple[str | None, ...] = ()
+
+
+@dataclass(frozen=True)
+class InputJob:
+    """One chunk of a workflow input to produce in a task: ``source(box)`` generates it or
+    reads it from the input's file."""
+
+    name: str
+    index: tuple[int, ...]
+    box: Box
+    source: Callable[[Box], np.ndarray]
+    dtype: np.dtype
+    out_path: str
+
+
+@dataclass(frozen=True)
+class GroupJob:
+    """One chunk of a fused stage: its steps (inputs and operators) in order."""
+
+    index: tuple[int, ...]
+    steps: tuple[TaskJob | InputJob, ...]
 
 
 def _attempt() -> int:
@@ -79,14 +103,34 @@ def _store(job: TaskJob, full: PairBatch | None, pay: PairBatch | None) -> list[
     return shards
 
 
-def run_task(job: TaskJob) -> dict[str, Any]:
+def _read_inputs(job: TaskJob, memory: dict[str, tuple[Box, np.ndarray]]) -> list[np.ndarray]:
+    """The task's input blocks: from the fused task's memory where an earlier step made
+    them (sliced to the box this operator reads), else from zarr."""
+    blocks = []
+    for i, (p, b) in enumerate(zip(job.in_paths, job.chunk.in_boxes)):
+        src = job.memory[i] if i < len(job.memory) else None
+        if src is not None and src in memory:
+            have, block = memory[src]
+            rel = tuple(slice(lo - h, hi - h) for lo, hi, h in zip(b.lo, b.hi, have.lo))
+            blocks.append(block[rel])
+        else:
+            blocks.append(arrays.read_box(Path(p), b))
+    return blocks
+
+
+def run_task(job: TaskJob, memory: dict[str, tuple[Box, np.ndarray]] | None = None
+             ) -> dict[str, Any]:
     """Run one task (inside a Spark worker, or on the driver). Never raises: errors come
-    back as data so the driver can report them in one line."""
+    back as data so the driver can report them in one line.
+
+    ``memory`` holds the output blocks of the earlier steps of a fused task
+    (:func:`run_group`); this step's output block is added to it.
+    """
     t0 = time.perf_counter()
     res: dict[str, Any] = {"chunk": job.chunk.index, "shards": []}
     try:
         op, ch = job.op, job.chunk
-        blocks = [arrays.read_box(Path(p), b) for p, b in zip(job.in_paths, ch.in_boxes)]
+        blocks = _read_inputs(job, memory if memory is not None else {})
         t_read = time.perf_counter()
         supports_full = Mode.FULL in op.supported_modes()
         run_modes = job.modes
@@ -107,6 +151,8 @@ def run_task(job: TaskJob) -> dict[str, Any]:
             if out.dtype != op.out_dtype and op.out_dtype.kind not in "UOT":
                 out = out.astype(op.out_dtype)
             arrays.write_block(Path(job.out_path), ch.out_box, out)
+        if memory is not None:
+            memory[op.name] = (ch.out_box, out)
         t_write = time.perf_counter()
         full, pay = ctx.full_pairs(), ctx.payload_pairs()
         res["shards"] = _store(job, full, pay)
@@ -133,6 +179,49 @@ def run_task(job: TaskJob) -> dict[str, Any]:
     return res
 
 
+def run_input(job: InputJob, memory: dict[str, tuple[Box, np.ndarray]]) -> dict[str, Any]:
+    """Produce one chunk of a workflow input (generated, or read from its file) and write
+    it to the input's zarr array. Never raises, like :func:`run_task`."""
+    t0 = time.perf_counter()
+    res: dict[str, Any] = {"chunk": job.index, "shards": []}
+    try:
+        block = np.asarray(job.source(job.box))
+        if block.shape != job.box.shape:
+            raise WorkflowError(
+                f"input {job.name!r}: its generator returned a block of shape {block.shape} "
+                f"for {job.box}; expected {job.box.shape}")
+        if block.dtype != job.dtype and job.dtype.kind not in "UOT":
+            block = block.astype(job.dtype)
+        t_read = time.perf_counter()
+        arrays.write_block(Path(job.out_path), job.box, block)
+        memory[job.name] = (job.box, block)
+        res.update(read_s=t_read - t0, write_s=time.perf_counter() - t_read)
+    except SubZeroError as e:
+        res["error"] = str(e)
+        res["error_kind"] = "user"
+    except Exception as e:  # noqa: BLE001 - reported by the driver
+        res["error"] = f"{type(e).__name__}: {e}"
+        res["error_kind"] = "internal"
+        res["traceback"] = traceback.format_exc()
+    res["task_s"] = time.perf_counter() - t0
+    return res
+
+
+def run_group(job: GroupJob) -> list[dict[str, Any]]:
+    """Run one chunk of a fused stage: every step in order, each step's output block kept
+    in memory for the steps after it. One result per step; a failed step ends the task
+    (its result carries the error)."""
+    memory: dict[str, tuple[Box, np.ndarray]] = {}
+    out = []
+    for step in job.steps:
+        res = (run_input(step, memory) if isinstance(step, InputJob)
+               else run_task(step, memory))
+        out.append(res)
+        if "error" in res:
+            break
+    return out
+
+
 def raise_task_error(op: str, results: Sequence[dict[str, Any]]) -> None:
     """Raise the first task error of ``results`` in one line (a user error as itself)."""
     for r in results:
@@ -148,11 +237,22 @@ def raise_task_error(op: str, results: Sequence[dict[str, Any]]) -> None:
 
 def run_jobs(jobs: Sequence[TaskJob], spark: Any | None, label: str = "") -> list[dict]:
     """Run tasks as one Spark stage (``spark`` given) or on the driver (``spark=None``)."""
+    return _run(run_task, jobs, spark, label)
+
+
+def run_groups(jobs: Sequence[GroupJob], spark: Any | None, label: str = ""
+               ) -> list[list[dict]]:
+    """Run the chunks of a fused stage as one Spark stage (or on the driver)."""
+    return _run(run_group, jobs, spark, label)
+
+
+def _run(fn: Callable[[Any], Any], jobs: Sequence[Any], spark: Any | None, label: str
+         ) -> list[Any]:
     if spark is None or not jobs:
-        return [run_task(j) for j in jobs]
+        return [fn(j) for j in jobs]
     sc = spark.sparkContext
     sc.setJobDescription(label)
-    return sc.parallelize(list(jobs), len(jobs)).map(run_task).collect()
+    return sc.parallelize(list(jobs), len(jobs)).map(fn).collect()
 
 
 def make_jobs(home: Path, rid: str, op: Operator, in_paths: Sequence[Path],

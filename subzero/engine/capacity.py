@@ -1,0 +1,93 @@
+"""Whether a run fits this machine, checked before anything is written.
+
+A run stores every array it computes, and a global operator's task holds its whole inputs
+and output in memory. Both are known from the bound workflow's shapes and dtypes before a
+single task runs, so a workflow scaled past the disk or the memory (``--param shape=...``,
+``ccds=...``) fails at once with one line naming its size and the limit, instead of after
+hours with a full disk and a broken run.
+
+>>> human(3 * 2**30)
+'3.0 GiB'
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from subzero.engine import arrays
+from subzero.errors import StoreError, WorkflowError
+from subzero.workflow import Workflow
+
+#: a global task's working set, in multiples of its inputs and output (kernels' temporaries)
+WORKING_SET = 3
+
+
+def human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def _what(wf: Workflow) -> str:
+    shown = {k: v for k, v in wf.params.items() if k in ("shape", "ccds", "scale")}
+    if "shape" in shown and isinstance(shown["shape"], (list, tuple)):
+        shown["shape"] = "x".join(str(v) for v in shown["shape"])
+    args = ", ".join(f"{k}={v}" for k, v in shown.items())
+    return f"workflow {wf.name!r}" + (f" with {args}" if args else "")
+
+
+def array_bytes(wf: Workflow) -> int:
+    """Bytes of every array a run of the validated ``wf`` stores, uncompressed."""
+    total = sum(arrays.logical_bytes(s.shape, s.dtype) for s in wf.inputs.values())
+    return total + sum(arrays.logical_bytes(op.out_shape, op.out_dtype)
+                       for op in wf.ops.values())
+
+
+def global_task_bytes(wf: Workflow) -> tuple[int, str | None]:
+    """The largest working set of one global operator's task, and that operator."""
+    best, who = 0, None
+    for name in wf.order:
+        op = wf.ops[name]
+        if op.parallelism.kind != "global":
+            continue
+        need = arrays.logical_bytes(op.out_shape, op.out_dtype) + sum(
+            arrays.logical_bytes(s, d) for s, d in zip(op.in_shapes, op.in_dtypes))
+        if need > best:
+            best, who = need, name
+    return best * WORKING_SET, who
+
+
+def physical_memory() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return 0
+
+
+def free_disk(home: Path) -> int:
+    p = Path(home)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return shutil.disk_usage(p).free
+
+
+def check_fits(wf: Workflow, home: Path) -> None:
+    """Raise a one-line error when a run of ``wf`` cannot fit on the home's disk or in
+    this machine's memory."""
+    need = array_bytes(wf)
+    free = free_disk(home)
+    if need > free:
+        raise StoreError(
+            f"{_what(wf)} would store up to {human(need)} of arrays; the home {home} has "
+            f"{human(free)} free")
+    task, who = global_task_bytes(wf)
+    mem = physical_memory()
+    if mem and task > mem:
+        raise WorkflowError(
+            f"{_what(wf)} is too large for this machine: operator {who!r} sees whole "
+            f"arrays in one task and needs about {human(task)} of memory; this machine "
+            f"has {human(mem)}")

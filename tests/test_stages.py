@@ -1,0 +1,195 @@
+"""Fused stages and concurrent branches: the stage plan, and runs that write exactly what an
+unfused, one-stage-at-a-time run writes (arrays, shards, query answers), for several
+chunkings; inputs produced chunk by chunk from generators and files."""
+
+import numpy as np
+import pytest
+
+from operators import Binary, Cast, MeanBroadcast, Reduce, Scalar, Subarray
+from operators.stencils import Convolve
+from subzero.api import Run
+from subzero.cells import Box
+from subzero.chunking import Chunking
+from subzero.engine.capacity import check_fits
+from subzero.engine.catalog import Catalog
+from subzero.engine.inputs import FileBlocks, open_file, plan_inputs
+from subzero.engine.runner import run_workflow
+from subzero.engine.runs import load_run
+from subzero.engine.stages import plan_stages
+from subzero.errors import StoreError, SubZeroError, WorkflowError
+from subzero.workflow import Workflow
+from workflows import astronomy
+
+pytestmark = pytest.mark.spark
+SHAPE = (61, 37)
+
+
+def _ramp(box: Box) -> np.ndarray:
+    """A generator whose values depend only on the global cell position."""
+    r = np.arange(box.lo[0], box.hi[0])[:, None]
+    c = np.arange(box.lo[1], box.hi[1])[None, :]
+    return ((r * 7919 + c * 104729) % 1000).astype(np.uint16)
+
+
+def chain(shape=SHAPE) -> Workflow:
+    wf = Workflow("chain")
+    wf.input("x", shape, "uint16", blocks=_ramp)
+    wf.input("y", shape, "uint16", blocks=_ramp)
+    wf.add("f", Cast("float64"), "x")
+    wf.add("g", Scalar("multiply", 2.0), "f")
+    wf.add("h", Convolve(np.ones((3, 3)) / 9.0, boundary="reflect"), "g")
+    wf.add("k", Binary("add"), "h", "y")
+    wf.add("corner", Subarray("0:1, 0:1"), "k")
+    wf.add("m", Reduce("mean", dtype="float64"), "corner")
+    wf.add("d", Binary("subtract"), "k", "m")
+    wf.add("bg", MeanBroadcast(), "d")
+    wf.add("e", Binary("subtract"), "d", "bg")
+    wf.validate()
+    return wf
+
+
+def _stage_names(wf, chunking):
+    chunked = {n for n, s in wf.inputs.items() if s.blocks is not None}
+    return [st.names for st in plan_stages(wf, chunked, chunking.chunk_shape)]
+
+
+def test_plan_fuses_chains_and_ends_them_at_global_operators_and_halos():
+    wf = chain()
+    # two chunks along rows: the stencil's halo crosses chunks, so it starts a stage
+    assert _stage_names(wf, Chunking(split=(2, 1))) == [
+        ["x", "f", "g"], ["y"], ["h", "k"], ["corner"], ["m"], ["d"], ["bg"], ["e"]]
+    # one chunk: the halo is inside the chunk, the stencil fuses too
+    assert _stage_names(wf, Chunking(split=1)) == [
+        ["x", "f", "g", "h", "k"], ["y"], ["corner"], ["m"], ["d"], ["bg"], ["e"]]
+
+
+def test_plan_of_astronomy_is_a_dag_covering_every_step_once():
+    wf = astronomy.build(shape=(64, 48))
+    wf.validate()
+    chunked = {n for n, s in wf.inputs.items() if s.blocks is not None}
+    stages = plan_stages(wf, chunked, Chunking(split=(2, 1)).chunk_shape)
+    names = [n for st in stages for n in st.names]
+    assert sorted(names) == sorted([*chunked, *wf.order])
+    assert len(stages) < len(wf.order)  # something fused
+    where = {n: st.id for st in stages for n in st.names}
+    for st in stages:  # every input of a step is in its stage or in a dependency
+        for n in st.names:
+            for src in (wf.nodes[n].inputs if n in wf.nodes else ()):
+                assert src not in where or where[src] == st.id or where[src] in st.deps
+    # acyclic: a topological order exists
+    done: set[int] = set()
+    while len(done) < len(stages):
+        ready = [st.id for st in stages if st.id not in done and st.deps <= done]
+        assert ready, "cycle between stages"
+        done |= set(ready)
+    # the two exposures' chains never share a stage until sumexp / maskexp
+    for st in stages:
+        exps = {n[-1] for n in st.names if n[-1] in "12" and not n.startswith("exp")}
+        assert len(exps) <= 1 or {"sumexp", "maskexp"} & set(st.names), st.names
+
+
+def _same_runs(home, a, b, wf):
+    ra, rb = load_run(home, a), load_run(home, b)
+    for name in [*wf.inputs, *wf.order]:
+        x, y = ra.array(name), rb.array(name)
+        assert x.dtype == y.dtype and np.array_equal(x, y), name
+    cat = Catalog(home / "catalog.sqlite")
+    try:
+        def rows(rid):
+            return sorted((s["op"], s["strategy"], s["chunk"], s["pairs"], s["data_bytes"])
+                          for s in cat.shards(rid))
+        assert rows(a) == rows(b)
+    finally:
+        cat.close()
+
+
+@pytest.mark.parametrize("split", [1, 2, 7])
+def test_fused_concurrent_run_writes_what_an_unfused_serial_run_writes(spark, home, split):
+    wf = chain()
+    ch = Chunking(split=split)
+    fused = run_workflow(wf, home, strategy="full-one", chunking=ch, spark=spark)
+    plain = run_workflow(wf, home, strategy="full-one", chunking=ch, spark=spark, fuse=False,
+                         workers=1)
+    assert fused.stages < plain.stages == len(wf.order) + 2
+    _same_runs(home, fused.run, plain.run, wf)
+    expect = _ramp(Box.full(SHAPE)).astype(np.float64) * 2.0
+    assert np.array_equal(load_run(home, fused.run).array("g"), expect)
+    # every operator has its catalog row and timings
+    ops = load_run(home, fused.run).operators
+    assert set(ops) == set(wf.order)
+    assert [o["name"] for o in fused.operators] == wf.order
+    assert all(o["runtime_s"] >= 0 for o in fused.operators)
+
+
+def test_astronomy_fused_and_concurrent_answers_every_named_query_as_unfused(spark, home):
+    wf = astronomy.build(shape=(64, 48), seed=2)
+    ch = Chunking(split=(3, 1))
+    fused = run_workflow(wf, home, strategy="subzero", chunking=ch, spark=spark)
+    plain = run_workflow(astronomy.build(shape=(64, 48), seed=2), home, strategy="subzero",
+                         chunking=ch, spark=spark, fuse=False, workers=1)
+    assert fused.concurrency >= 2  # the two exposures' chains ran side by side
+    _same_runs(home, fused.run, plain.run, wf)
+    ra, rb = Run(load_run(home, fused.run)), Run(load_run(home, plain.run))
+    for q in wf.queries:
+        a, b = ra.named_query(q), rb.named_query(q)
+        assert np.array_equal(a.linear, b.linear), q
+
+
+def test_npy_input_is_read_chunk_by_chunk(spark, home, tmp_path):
+    data = _ramp(Box.full(SHAPE)).astype(">u2")  # big-endian on disk
+    np.save(tmp_path / "x.npy", data)
+    wf = chain()
+    chunked, whole = plan_inputs(wf, {"x": str(tmp_path / "x.npy")})
+    assert set(chunked) == {"x", "y"} and not whole
+    res = run_workflow(chain(), home, inputs={"x": str(tmp_path / "x.npy")},
+                       chunking=Chunking(split=3), spark=spark)
+    got = load_run(home, res.run).array("x")
+    assert got.dtype == np.uint16 and np.array_equal(got, data)
+
+
+def test_fits_blocks_unscale_unsigned_counts(tmp_path):
+    from astropy.io import fits
+
+    data = (np.arange(40 * 30).reshape(40, 30) * 50 % 65536).astype(np.uint16)
+    fits.PrimaryHDU(data).writeto(tmp_path / "e.fits")  # stored as int16 + BZERO 32768
+    src = open_file(str(tmp_path / "e.fits"))
+    assert src.kind == "fits" and src.bzero == 32768
+    assert src.describe() == ((40, 30), np.dtype("uint16"))
+    box = Box((3, 5), (17, 29))
+    assert np.array_equal(src(box), data[box.slices]) and src(box).dtype == np.uint16
+    floats = np.linspace(-1, 1, 12).reshape(3, 4)
+    fits.PrimaryHDU(floats).writeto(tmp_path / "f.fits")
+    assert np.array_equal(FileBlocks(str(tmp_path / "f.fits"), "fits")(Box.full((3, 4))),
+                          floats)
+
+
+def test_input_file_errors_are_one_line(tmp_path):
+    wf = chain()
+    with pytest.raises(StoreError, match="does not exist"):
+        plan_inputs(wf, {"x": str(tmp_path / "nope.npy")})
+    np.save(tmp_path / "bad.npy", np.zeros((5, 5)))
+    with pytest.raises(WorkflowError, match=r"has shape \(5, 5\); workflow 'chain' expects"):
+        plan_inputs(wf, {"x": str(tmp_path / "bad.npy")})
+    (tmp_path / "junk.fits").write_text("not fits")
+    with pytest.raises(SubZeroError, match="junk.fits"):
+        plan_inputs(wf, {"x": str(tmp_path / "junk.fits")})
+
+
+def test_a_run_too_large_for_the_disk_or_memory_fails_before_writing(tmp_path):
+    huge = astronomy.build(shape=(400_000, 400_000))
+    huge.validate()
+    with pytest.raises(SubZeroError) as err:
+        check_fits(huge, tmp_path / "home")
+    msg = str(err.value)
+    assert "shape=400000x400000" in msg and "free" in msg and "\n" not in msg
+    assert not (tmp_path / "home").exists()
+
+
+def test_tiny_stages_run_on_the_driver_and_compute_the_same(spark, home):
+    # the 1 x 1 corner and its mean are too small to be worth a Spark job
+    res = run_workflow(chain(), home, chunking=Chunking(split=2), spark=spark)
+    run = load_run(home, res.run)
+    k = run.array("k")
+    assert run.array("corner").tolist() == [[k[0, 0]]]
+    assert np.array_equal(run.array("d"), k - k[0, 0])
+    assert np.allclose(run.array("e"), run.array("d") - run.array("d").mean())
