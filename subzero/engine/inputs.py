@@ -10,8 +10,8 @@ driver checks a file's shape and dtype from its header before any task runs.
 
 from __future__ import annotations
 
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Mapping
 
 import numpy as np

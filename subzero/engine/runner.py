@@ -42,11 +42,16 @@ from subzero.engine.catalog import Catalog
 from subzero.engine.inputs import plan_inputs
 from subzero.engine.spark import get_spark, resolve_master
 from subzero.engine.stages import Stage, plan_stages
-from subzero.engine.tasks import (GroupJob, InputJob, TaskJob, make_jobs, raise_task_error,
-                                  run_groups)
+from subzero.engine.tasks import (
+    GroupJob,
+    InputJob,
+    TaskJob,
+    make_jobs,
+    raise_task_error,
+    run_groups,
+)
 from subzero.modes import BLACKBOX, Strategy, capture_modes
 from subzero.workflow import Workflow
-
 
 #: stages that write at most this many cells (a 1 x 1 overscan, a scalar mean) run on the
 #: driver: a Spark job costs tens of milliseconds before any work starts
