@@ -236,9 +236,9 @@ def _stage_cells(wf: Workflow, st: Stage) -> int:
     return total
 
 
-def _stage_label(r: _Run, st: Stage) -> str:
+def _stage_label(st: Stage) -> str:
     names = st.names if len(st.names) <= 3 else [st.names[0], "...", st.names[-1]]
-    return f"{r.rid}: {' > '.join(names)}"
+    return " > ".join(names)
 
 
 def _op_stage(r: _Run, name: str, results: list[dict[str, Any]], wall: float) -> _Stage:
@@ -273,36 +273,100 @@ def _complete(r: _Run, st: Stage, results: list[list[dict[str, Any]]], wall: flo
             bar.update(1)
 
 
+def _ranks(r: _Run, stages: list[Stage]) -> dict[int, int]:
+    """Each stage's cells plus the most cells on any chain of stages after it: stages on
+    the longest chain go first."""
+    after: dict[int, list[int]] = {st.id: [] for st in stages}
+    for st in stages:
+        for d in st.deps:
+            after[d].append(st.id)
+    cells = {st.id: _stage_cells(r.wf, st) for st in stages}
+    rank: dict[int, int] = {}
+
+    def visit(sid: int) -> int:
+        if sid not in rank:
+            rank[sid] = cells[sid] + max((visit(k) for k in after[sid]), default=0)
+        return rank[sid]
+
+    for st in stages:
+        visit(st.id)
+    return rank
+
+
+def _batches(ready: list[Stage]) -> list[list[Stage]]:
+    """Ready stages that share a chunk grid go as one Spark job, whose task for a chunk
+    runs every stage's steps for that chunk (one job's fixed cost instead of several)."""
+    out: list[list[Stage]] = []
+    by_shape: dict[tuple[int, ...], list[Stage]] = {}
+    for st in ready:
+        if st.global_:
+            out.append([st])
+        elif st.shape in by_shape:
+            by_shape[st.shape].append(st)
+        else:
+            by_shape[st.shape] = [st]
+            out.append(by_shape[st.shape])
+    return out
+
+
+def _submit_batch(r: _Run, batch: list[Stage],
+                  sources: Mapping[str, Callable[[Box], np.ndarray]]) -> list[GroupJob]:
+    per_stage = [_submit(r, st, sources) for st in batch]
+    return [GroupJob(chunk[0].index, tuple(step for job in chunk for step in job.steps))
+            for chunk in zip(*per_stage)]
+
+
+def _split(r: _Run, batch: list[Stage], results: list[list[dict[str, Any]]]
+           ) -> list[list[list[dict[str, Any]]]]:
+    """A batch's results per stage; the first task error (in step order) is raised."""
+    names = [n for st in batch for n in st.names]
+    for chunk in results:
+        for name, res in zip(names, chunk):
+            if "error" in res:
+                raise_task_error(name, [res])
+    out, k = [], 0
+    for st in batch:
+        out.append([chunk[k:k + len(st.names)] for chunk in results])
+        k += len(st.names)
+    return out
+
+
 def _execute(r: _Run, stages: list[Stage], sources: Mapping[str, Callable[[Box], np.ndarray]],
              workers: int, bar: Any) -> int:
-    """Run every stage once its dependencies are done, up to ``workers`` at a time; record
-    each as it completes. Returns how many stages ran at once at most."""
+    """Run every stage once its dependencies are done, up to ``workers`` Spark jobs at a
+    time, stages on the longest chain first; record each as it completes. Returns how many
+    jobs ran at once at most."""
     pending = {st.id: st for st in stages}
     done: set[int] = set()
-    running: dict[Future, Stage] = {}
+    running: dict[Future, list[Stage]] = {}
     most = 0
-    first = {st.id: min((r.wf.order.index(n) for n in st.names if n in r.wf.ops), default=-1)
-             for st in stages}
+    rank = _ranks(r, stages)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="subzero-stage") as pool:
         try:
             while pending or running:
                 ready = sorted((st for st in pending.values() if st.deps <= done),
-                               key=lambda st: (first[st.id], st.id))
-                for st in ready[:max(0, workers - len(running))]:
-                    del pending[st.id]
-                    jobs = _submit(r, st, sources)
-                    spark = None if _stage_cells(r.wf, st) <= DRIVER_STAGE_CELLS else r.spark
-                    running[pool.submit(_run_stage_jobs, spark, jobs,
-                                        _stage_label(r, st))] = st
+                               key=lambda st: (-rank[st.id], st.id))
+                for batch in _batches(ready)[:max(0, workers - len(running))]:
+                    for st in batch:
+                        del pending[st.id]
+                    jobs = _submit_batch(r, batch, sources)
+                    cells = sum(_stage_cells(r.wf, st) for st in batch)
+                    spark = None if cells <= DRIVER_STAGE_CELLS else r.spark
+                    label = "; ".join(_stage_label(st) for st in batch)
+                    running[pool.submit(_run_stage_jobs, spark, jobs, f"{r.rid}: {label}")] = batch
                 most = max(most, len(running))
                 if not running:
                     raise RuntimeError(f"stages {sorted(pending)} wait on each other")
                 finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
-                for fut in sorted(finished, key=lambda f: running[f].id):
-                    st = running.pop(fut)
+                for fut in sorted(finished, key=lambda f: running[f][0].id):
+                    batch = running.pop(fut)
                     results, wall = fut.result()
-                    _complete(r, st, results, wall, bar)
-                    done.add(st.id)
+                    parts = _split(r, batch, results)
+                    busy = [sum(res.get("task_s", 0.0) for chunk in mine for res in chunk)
+                            for mine in parts]
+                    for st, mine, b in zip(batch, parts, busy):
+                        _complete(r, st, mine, wall * (b / (sum(busy) or 1.0)), bar)
+                        done.add(st.id)
         except BaseException:
             for fut in running:  # let the stages in flight end before the run is marked
                 fut.cancel()
