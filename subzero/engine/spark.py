@@ -112,7 +112,7 @@ def check_reachable(master: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
         try:
             with socket.create_connection((host, port), timeout=timeout):
                 return
-        except socket.timeout:
+        except TimeoutError:
             reasons.append(f"{host}:{port}: no answer within {timeout:g} s")
         except OSError as e:
             reasons.append(f"{host}:{port}: {e.strerror or e}")
