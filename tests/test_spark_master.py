@@ -1,0 +1,170 @@
+"""Spark masters: the forms accepted, one-line errors for a malformed or unreachable master
+(before any JVM starts), a bounded wait for one that does not answer, and the default local
+master retrying a task whose Python worker crashed."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from subzero.engine.catalog import Catalog
+from subzero.engine.runs import load_run
+from subzero.engine.spark import DEFAULT_MASTER, check_master, resolve_master
+from subzero.errors import SparkError
+from tests.conftest import ROOT, run_cli
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _one_line_error(p: subprocess.CompletedProcess, *names: str) -> str:
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("subzero: error: "), p.stderr
+    for n in names:
+        assert n in lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("master", ["local", "local[1]", "local[*]", "local[2,3]", "local[*,4]",
+                                    "spark://127.0.0.1:7077", "spark://a.example:7077,b:7078",
+                                    "yarn", "k8s://https://10.0.0.1:6443"])
+def test_accepted_master_forms(master):
+    assert check_master(master) == master
+
+
+@pytest.mark.parametrize("master", ["locl", "local[0]", "local[2,0]", "local[x]", "local[2]x",
+                                    "spark://host", "spark://host:port", "spark://:7077",
+                                    "spark://h:99999", "127.0.0.1:7077", "k8s://",
+                                    "mesos://h:5050"])
+def test_malformed_master_names_the_value_and_the_forms(master):
+    with pytest.raises(SparkError) as e:
+        check_master(master)
+    msg = str(e.value)
+    assert repr(master) in msg and "spark://HOST:PORT" in msg and "local[N,F]" in msg
+    assert "\n" not in msg
+
+
+def test_default_master_retries_failed_tasks(monkeypatch):
+    monkeypatch.delenv("SUBZERO_SPARK_MASTER", raising=False)
+    assert resolve_master() == DEFAULT_MASTER == "local[*,4]"
+    assert resolve_master("local[2]") == "local[2]"  # a master given is used as given
+    monkeypatch.setenv("SUBZERO_SPARK_MASTER", "local[3]")
+    assert resolve_master() == "local[3]"
+
+
+def test_cli_malformed_master_exits_2_with_one_line(tmp_path):
+    p = run_cli("run", "example", "--param", "shape=20x10", "--home", str(tmp_path / "h"),
+                "--master", "spark:/127.0.0.1", timeout=120)
+    _one_line_error(p, "'spark:/127.0.0.1'", "spark://HOST:PORT")
+
+
+def test_cli_unreachable_master_exits_2_within_30_s_naming_the_url(tmp_path):
+    url = f"spark://127.0.0.1:{_closed_port()}"
+    t0 = time.monotonic()
+    p = run_cli("run", "example", "--param", "shape=20x10", "--home", str(tmp_path / "h"),
+                "--master", url, timeout=120)
+    elapsed = time.monotonic() - t0
+    line = _one_line_error(p, url, "unreachable")
+    assert elapsed < 30, (elapsed, line)
+    assert not (tmp_path / "h" / "catalog.sqlite").exists()  # failed before any run began
+
+
+@pytest.mark.slow
+def test_cli_master_that_never_answers_fails_in_bounded_time(tmp_path):
+    """A port that takes connections but is no Spark master: Spark's client would retry for
+    a minute; the start is abandoned after the registration wait, in one line."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    conns = []
+
+    def accept():
+        while True:
+            try:
+                conns.append(srv.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    url = f"spark://127.0.0.1:{srv.getsockname()[1]}"
+    try:
+        t0 = time.monotonic()
+        p = run_cli("run", "example", "--param", "shape=20x10", "--home", str(tmp_path / "h"),
+                    "--master", url, env={"SUBZERO_EXECUTOR_WAIT": "5"}, timeout=120)
+        elapsed = time.monotonic() - t0
+    finally:
+        srv.close()
+        for c in conns:
+            c.close()
+    _one_line_error(p, url, "did not accept the application")
+    assert elapsed < 60, elapsed  # a JVM start (seconds on a busy machine) plus 5 s
+
+
+CRASH_ONCE = textwrap.dedent('''
+    import json, os, sys
+
+    import numpy as np
+
+    from operators import UDF
+    from subzero.engine.runner import run_workflow
+    from subzero.workflow import Workflow
+
+
+    class CrashOnce(UDF):
+        """Doubles its input; its first task to run kills its own Python worker."""
+
+        n_inputs = 1
+
+        def __init__(self, marker):
+            super().__init__()
+            self.marker = marker
+
+        def run(self, ctx, x):
+            try:
+                fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                return x * 2.0
+            os.close(fd)
+            os._exit(1)  # the Python worker dies mid-task, as on a segfault or OOM kill
+
+
+    wf = Workflow("crash-once")
+    wf.input("a", (64, 48), source=lambda: np.arange(3072, dtype="float64").reshape(64, 48))
+    wf.add("twice", CrashOnce(sys.argv[2]), "a")  # 3072 cells: a Spark stage, not the driver
+    res = run_workflow(wf, home=sys.argv[1])
+    print(json.dumps({"run": res.run}))
+''')
+
+
+@pytest.mark.slow
+def test_default_local_master_retries_a_crashed_python_task(tmp_path):
+    script = tmp_path / "crash_once.py"
+    script.write_text(CRASH_ONCE)
+    marker, home = tmp_path / "crashed", tmp_path / "h"
+    env = {k: v for k, v in os.environ.items() if k != "SUBZERO_SPARK_MASTER"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    p = subprocess.run([sys.executable, str(script), str(home), str(marker)], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert marker.exists()  # the first attempt did crash
+    assert "WARN TaskSetManager: Lost task" in (home / "logs" / "spark.log").read_text()
+    rid = json.loads(p.stdout.strip().splitlines()[-1])["run"]
+    cat = Catalog(home / "catalog.sqlite")
+    try:
+        rec = cat.run(rid)
+    finally:
+        cat.close()
+    assert rec["status"] == "complete" and rec["master"] == "local[*,4]"
+    expect = 2.0 * np.arange(3072, dtype="float64").reshape(64, 48)
+    assert np.array_equal(load_run(home, rid).array("twice"), expect)
