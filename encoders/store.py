@@ -151,13 +151,32 @@ def _read_meta(path: Path) -> dict[str, Any] | None:
 
 
 def _pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # pragma: no cover
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # no /proc (not Linux), or it just ended
+        return True
+    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
+
+
+def remove_unpublished(parent: str | os.PathLike) -> int:
+    """Remove every temporary or set-aside shard under ``parent`` (a strategy's directory),
+    whoever left it: call only once no writer can still be running there (its Spark job
+    has ended), e.g. after a worker machine was lost mid-write. Returns how many."""
+    parent = Path(parent)
+    if not parent.is_dir():
+        return 0
+    gone = 0
+    for p in [*parent.glob(".tmp.*"), *parent.glob(".old.*")]:
+        shutil.rmtree(p, ignore_errors=True)
+        gone += 1
+    return gone
 
 
 def _host() -> str:

@@ -34,6 +34,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from encoders.store import remove_unpublished
 from subzero.cells import Box
 from subzero.chunking import Chunking, chunk_grid, task_grid
 from subzero.engine import arrays, layout
@@ -265,6 +266,9 @@ def _complete(r: _Run, st: Stage, results: list[list[dict[str, Any]]], wall: flo
         if name in r.wf.inputs:
             _record_input(r, name)
             continue
+        for s in r.plan[name]:  # what attempts on a lost worker left half-written
+            if s.stored:
+                remove_unpublished(layout.strategy_dir(r.home, r.rid, name, s.name))
         stage = _op_stage(r, name, per_step[k], wall * task_s[k] / total)
         _enforce_budget(r, stage)
         _record_stage(r, stage)
@@ -426,6 +430,10 @@ def _record_stage(r: _Run, st: _Stage) -> None:
 
 
 def _finish(r: _Run, runtime: float) -> None:
+    for name, strategies in r.plan.items():  # late writes of attempts on lost workers
+        for s in strategies:
+            if s.stored:
+                remove_unpublished(layout.strategy_dir(r.home, r.rid, name, s.name))
     if r.max_disk is not None:
         r.cat.set_statistics(r.rid, "*", "*", {"max_disk": float(r.max_disk)})
     r.cat.finish_run(r.rid, "complete", runtime_s=runtime, input_bytes=r.input_bytes,

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import lmdb
@@ -138,3 +139,25 @@ def test_live_writers_temporaries_are_left_alone(tmp_path):
         p.mkdir()
     write_shard(tmp_path, "full-one-bwd", stencil_pairs(5), (5,), [(5,)])
     assert sorted(p.name for p in d.iterdir()) == sorted(["0", live.name, other_host.name])
+
+
+def test_a_zombie_writer_counts_as_dead_and_its_leftovers_are_swept(tmp_path):
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        for _ in range(200):  # exited but not reaped: a zombie
+            stat = Path(f"/proc/{child.pid}/stat").read_text()
+            if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+                break
+            time.sleep(0.01)
+        assert not store._pid_alive(child.pid)
+    finally:
+        child.wait()
+    assert store._pid_alive(os.getpid())
+    strat = tmp_path / "op" / "full-one-bwd"
+    (strat / "0.0").mkdir(parents=True)
+    (strat / ".tmp.0.1.1.host.99.abc").mkdir()
+    (strat / ".tmp.0.1.1.host.99.abc" / "data.mdb").write_bytes(b"half")
+    (strat / ".old.0.0.host.98.def").mkdir()
+    assert store.remove_unpublished(strat) == 2
+    assert [p.name for p in strat.iterdir()] == ["0.0"]
+    assert store.remove_unpublished(tmp_path / "missing") == 0
