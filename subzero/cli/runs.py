@@ -190,7 +190,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="workflow parameter, e.g. shape=400x200 (repeatable)")
     s.add_argument("--scale", type=int, default=None, help="genomics: patient replication")
     s.add_argument("--chunks", help="chunks per axis ('4', '4x2') or chunk shape ('500,513')")
-    s.add_argument("--master", help="Spark master URL (default $SUBZERO_SPARK_MASTER or local[*])")
+    s.add_argument("--master", help="Spark master URL (default $SUBZERO_SPARK_MASTER or local[*,4]: all cores, 4 tries per task)")
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser("runs", parents=[common], help="list runs")
