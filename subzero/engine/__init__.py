@@ -6,7 +6,7 @@ module                      holds
 ``engine.layout``           the home directory's layout: one function per path
 ``engine.arrays``           the zarr array store (no overwrite)
 ``engine.catalog``          the SQLite catalog: runs, arrays, shards, statistics, query log
-``engine.spark``            one quiet SparkSession per process
+``engine.spark``            one quiet Spark session per process
 ``engine.inputs``           reading and checking a run's inputs
 ``engine.tasks``            what a Spark task does: one operator, one output chunk
 ``engine.runner``           :func:`run_workflow`, the driver's side of a run

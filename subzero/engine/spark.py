@@ -51,6 +51,32 @@ _HOSTPORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})")
 
 _lock = threading.Lock()
 _session: Any = None
+
+
+class Session:
+    """The process's Spark session as SubZero uses it: the ``SparkContext`` at once, and
+    pyspark's SQL ``SparkSession`` on the same context only when first asked for (building
+    it loads Spark SQL in the JVM, about 2 s, and a run never uses it)."""
+
+    def __init__(self, sc: Any) -> None:
+        self.sparkContext = sc
+        self._sql: Any = None
+
+    @property
+    def sql(self) -> Any:
+        """pyspark's ``SparkSession`` on this context (built on first use)."""
+        if self._sql is None:
+            # pyspark's SQL module only when a caller asks for it
+            from pyspark.sql import SparkSession
+
+            self._sql = SparkSession(self.sparkContext)
+        return self._sql
+
+    def stop(self) -> None:
+        if self._sql is not None:
+            self._sql.stop()
+        else:
+            self.sparkContext.stop()
 _master: str | None = None
 
 
@@ -240,7 +266,7 @@ def _conf(want: str) -> Any:
 
 
 def get_spark(master: str | None = None, log_dir: str | os.PathLike | None = None) -> Any:
-    """The process's SparkSession, started on first use.
+    """The process's Spark :class:`Session`, started on first use.
 
     A second call with a different master returns the running session (one session per
     process) and says so on stderr.
@@ -264,7 +290,6 @@ def get_spark(master: str | None = None, log_dir: str | os.PathLike | None = Non
         # pyspark (and its JVM) only when a session is first needed
         from pyspark import SparkContext
         from pyspark.java_gateway import launch_gateway
-        from pyspark.sql import SparkSession
 
         log_dir = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "subzero-logs"
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -286,7 +311,7 @@ def get_spark(master: str | None = None, log_dir: str | os.PathLike | None = Non
         sc.setLogLevel("ERROR")
         if want.startswith("spark://"):
             _wait_for_executor(sc, want, log_path)
-        _session = SparkSession(sc)
+        _session = Session(sc)
         _master = want
         return _session
 
