@@ -193,3 +193,16 @@ def test_tiny_stages_run_on_the_driver_and_compute_the_same(spark, home):
     assert run.array("corner").tolist() == [[k[0, 0]]]
     assert np.array_equal(run.array("d"), k - k[0, 0])
     assert np.allclose(run.array("e"), run.array("d") - run.array("d").mean())
+
+
+@pytest.mark.parametrize("param, names", [
+    ("shape=400000x400000", "400000x400000"),  # 1.6e11 cells: no disk holds its arrays
+    ("ccds=0", "ccds"), ("ccds=abc", "abc"), ("shape=0x5", "0x5"),
+])
+def test_cli_refuses_a_bad_or_oversized_scale_in_one_line(tmp_path, capsys, param, names):
+    from subzero.cli.main import main
+
+    assert main(["run", "astronomy", "--param", param, "--home", str(tmp_path / "h")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and names in err[0], err
+    assert not (tmp_path / "h" / "runs").exists()
