@@ -191,9 +191,10 @@ def cli_run(cfg: Config, strategy: str, home: Path, master: str | None = None
     except json.JSONDecodeError as e:
         raise BenchError(f"{strategy} run printed no JSON ({e}): {stdout[:200]!r}") from None
     runtime = float(doc["runtime_s"])
-    # wait4's ru_maxrss (KiB on Linux): the CLI process, i.e. the driver's Python side (the
-    # JVM and the Python workers are not its reaped children); a cross-check of the
-    # engine's own figure, and the figure when an engine does not report one
+    # wait4's ru_maxrss (KiB on Linux): the CLI process, until it exits (the summary
+    # included). Linux carries a parent's peak into a forked child's ru_maxrss, so it is
+    # at least this benchmark process's own peak at the fork (the numpy reference holds
+    # whole arrays): only a fallback; the engine reports the driver's VmHWM, its own peak
     cli_rss = int(usage.ru_maxrss) * 1024
     engine_rss = doc.get("driver_peak_rss")
     return {

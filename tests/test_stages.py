@@ -206,3 +206,15 @@ def test_cli_refuses_a_bad_or_oversized_scale_in_one_line(tmp_path, capsys, para
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and names in err[0], err
     assert not (tmp_path / "h" / "runs").exists()
+
+
+def test_driver_peak_rss_is_this_process_not_its_parents():
+    import subprocess
+    import sys
+
+    big = np.ones(300 * 2**20, np.uint8)  # the parent's peak: over 300 MiB
+    code = "from subzero.engine.runner import _peak_rss; print(_peak_rss())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert int(out) < 200 * 2**20, int(out) >> 20  # ru_maxrss would say over 300 MiB
+    del big

@@ -522,6 +522,14 @@ def run_workflow(
 
 
 def _peak_rss() -> int:
-    """This process's peak resident memory in bytes (Linux reports kilobytes)."""
+    """This process's peak resident memory in bytes: ``VmHWM`` of ``/proc/self/status``
+    (reset when the process image starts; ``ru_maxrss`` is not: a child started by a
+    large process inherits its parent's peak), else ``ru_maxrss``."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak) * (1 if sys.platform == "darwin" else 1024)
