@@ -14,7 +14,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from subzero.cells import Box, Ragged, any_over, as_linear, dilate, to_coords
+from subzero.cells import Box, Ragged, any_over, as_linear, dilate, to_coords, unique
 from subzero.errors import ShapeError
 from subzero.frontier import mask_from_linear
 from subzero.modes import Mode
@@ -194,6 +194,20 @@ class ElementwiseOperator(MappingOperator):
 
     def map_f(self, frontier_in: np.ndarray, i: int) -> np.ndarray:
         return broadcast_map_f(frontier_in, self.out_shape)
+
+    def map_b_lin(self, out_lin: np.ndarray, i: int) -> np.ndarray | None:
+        shape = tuple(self.in_shapes[i])
+        if shape == tuple(self.out_shape):
+            return out_lin
+        pad = len(self.out_shape) - len(shape)
+        c = to_coords(out_lin, self.out_shape)[:, pad:].copy()
+        c[:, np.asarray(shape) == 1] = 0  # a broadcast axis: the input's one cell
+        return unique(as_linear(c, shape))
+
+    def map_f_lin(self, in_lin: np.ndarray, i: int) -> np.ndarray | None:
+        if tuple(self.in_shapes[i]) == tuple(self.out_shape):
+            return in_lin
+        return None  # a broadcast input reaches whole lines: the mask path
 
     def all_to_all(self, i: int) -> bool:
         return True

@@ -24,7 +24,7 @@ import numpy as np
 from operators.base import MappingOperator
 from operators.geometry import axis_strides, outer_linear
 from operators.parse import parse_permutation, parse_slices, slices_text, who
-from subzero.cells import Box, Ragged
+from subzero.cells import Box, Ragged, as_linear, to_coords, unique
 from subzero.errors import ShapeError, WorkflowError
 from subzero.operator import BLOCKWISE
 from subzero.runtime import TaskContext
@@ -166,6 +166,19 @@ class Subarray(MappingOperator):
 
     def map_f(self, frontier_in: np.ndarray, i: int) -> np.ndarray:
         return np.transpose(frontier_in[self._selection()], self._perm).copy(order="C")
+
+    def map_b_lin(self, out_lin: np.ndarray, i: int) -> np.ndarray:
+        c = to_coords(out_lin, self.out_shape)[:, self._inv]  # output axes -> input axes
+        c = np.asarray(self._start) + np.asarray(self._step) * c
+        return unique(as_linear(c, self.in_shapes[0]))
+
+    def map_f_lin(self, in_lin: np.ndarray, i: int) -> np.ndarray:
+        c = to_coords(in_lin, self.in_shapes[0]) - np.asarray(self._start)
+        step, count = np.asarray(self._step), np.asarray(self._count)
+        k = c // step  # the output coordinate, where the input cell is selected
+        keep = ((k * step == c) & (k >= 0) & (k < count)).all(axis=1)
+        c = k[keep][:, self._perm]  # input axes -> output axes
+        return unique(as_linear(c, self.out_shape))
 
     def all_to_all(self, i: int) -> bool:
         return self._count == tuple(self.in_shapes[0])

@@ -72,6 +72,22 @@ class Frontier:
         self._n = len(lin) if lin is not None else n
 
     @classmethod
+    def everything(cls, shape: Sequence[int]) -> "Frontier":
+        """Every cell of an array, built as a mask or indices only when a step asks (an
+        all-to-all step's answer costs nothing however large the array).
+
+        >>> f = Frontier.everything((2000, 3000))
+        >>> f.n, f.full, f.meets(Box((5, 5), (6, 6)))
+        (6000000, True, True)
+        """
+        f = cls.__new__(cls)
+        f.shape = tuple(int(s) for s in shape)
+        f.size = size_of(f.shape)
+        f._lin = f._mask = None
+        f._n = f.size
+        return f
+
+    @classmethod
     def of(cls, f: Any, n: int | None = None) -> "Frontier":
         """``f`` itself if a Frontier, else one over the bool mask ``f`` (holding ``n``
         cells, when known)."""
@@ -91,23 +107,33 @@ class Frontier:
     def lin(self) -> np.ndarray:
         """Sorted unique uint64 linear indices."""
         if self._lin is None:
-            self._lin = np.flatnonzero(self._mask).astype(np.uint64)
+            self._lin = (np.arange(self.size, dtype=np.uint64) if self._mask is None
+                         else np.flatnonzero(self._mask).astype(np.uint64))
         return self._lin
 
     @property
     def mask(self) -> np.ndarray:
         """The bool mask (shared: do not modify it)."""
         if self._mask is None:
-            self._mask = mask_from_linear(self._lin, self.shape)
+            self._mask = (np.ones(self.shape, dtype=bool) if self._lin is None
+                          else mask_from_linear(self._lin, self.shape))
         return self._mask
 
     @property
     def full(self) -> bool:
         return self.n == self.size
 
+    @property
+    def sparse(self) -> bool:
+        """Whether it holds linear indices of few cells (so a step may work on them
+        alone, whether or not a mask was also built)."""
+        return self._lin is not None and not is_dense(self.n, self.size)
+
     def meets(self, box: Box) -> bool:
         """Whether a cell lies in ``box``."""
-        if self._mask is not None:
+        if self.full:
+            return box.size > 0
+        if self._mask is not None and not self.sparse:
             return bool(self._mask[box.slices].any())
         if not len(self._lin):
             return False
@@ -119,6 +145,8 @@ class Frontier:
         for x, y in ((self, other), (other, self)):
             if x._n == 0:  # nothing to add (counts known for free only)
                 return y
+            if x._n == x.size:  # everything already
+                return x
         a, b = (self, other) if self._mask is not None else (other, self)
         if a._mask is None:  # both sparse
             if not is_dense(a.n + b.n, self.size):

@@ -166,6 +166,16 @@ class Operator(ABC):
         """Forward mapping: output cells that depend on the input-``i`` frontier."""
         raise ModeError(f"operator {self.name!r} has no forward mapping function")
 
+    def map_b_lin(self, out_lin: np.ndarray, i: int) -> np.ndarray | None:
+        """:meth:`map_b` of a few cells, given and returned as sorted unique uint64 linear
+        indices, in time proportional to the cells, not the arrays; None when the operator
+        has no such form (the executor then maps the bool mask)."""
+        return None
+
+    def map_f_lin(self, in_lin: np.ndarray, i: int) -> np.ndarray | None:
+        """:meth:`map_f` of a few cells as linear indices (see :meth:`map_b_lin`)."""
+        return None
+
     def map_p(self, outcells: np.ndarray, payload: bytes, i: int) -> Any:
         """Input-``i`` cells that ``outcells`` (``(n, ndim)`` coordinates sharing one
         ``payload``) depend on, in any form :func:`subzero.cells.as_linear` takes."""

@@ -491,6 +491,12 @@ class _IdentityDefault:
     def map_f(self, frontier_in: np.ndarray, i: int) -> np.ndarray:
         return np.array(frontier_in, dtype=bool, copy=True)
 
+    def map_b_lin(self, out_lin: np.ndarray, i: int) -> np.ndarray:
+        return out_lin
+
+    def map_f_lin(self, in_lin: np.ndarray, i: int) -> np.ndarray:
+        return in_lin
+
     def all_to_all(self, i: int) -> bool:
         return False
 

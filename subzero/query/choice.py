@@ -127,7 +127,7 @@ class MethodChoice:
         if best is not None and costs[best] < floor:
             # certainly cheaper than re-executing: skip finding the tiles it would run
             return facts[best][0], floor if auto else None
-        tiles, cells = self.tiles(op, i, backward, f.mask)
+        tiles, cells = self.tiles(op, i, backward, f)
         on_spark = self.use_spark(cells, len(tiles), op)
         if not on_spark and self._observed(op.name) is not None:
             reexec = self.driver_estimate(op, cells)

@@ -27,7 +27,6 @@ from typing import Any, Sequence
 import numpy as np
 
 from encoders.base import LookupTimeout
-from subzero.cells import size_of
 from subzero.engine import layout
 from subzero.engine.catalog import Catalog
 from subzero.engine.runs import LoadedRun
@@ -181,13 +180,11 @@ class QueryExecutor:
         if n_in == 0:
             res, used = Frontier(out_shape, lin=np.empty(0, dtype=np.uint64)), "empty"
         elif self.entire_array and n_in == f.size and op.all_to_all(i):
-            res = Frontier(out_shape, mask=np.ones(out_shape, dtype=bool), n=size_of(out_shape))
-            used = "entire-array"
+            res, used = Frontier.everything(out_shape), "entire-array"
         else:
             (kind, strategy), budget = self.choice.choose(op, i, backward, f, method)
             if kind == "map":
-                m = op.map_b(f.mask, i) if backward else op.map_f(f.mask, i)
-                res, used = Frontier(out_shape, mask=np.asarray(m, dtype=bool)), "map"
+                res, used = self._map(op, i, backward, f, out_shape), "map"
             elif kind == "stored":
                 deadline = (time.perf_counter() + max(budget, self.min_switch_s)
                             if budget is not None else None)
@@ -201,6 +198,18 @@ class QueryExecutor:
             else:
                 res, used = self._reexec(op, i, backward, f), "reexec"
         return res, Step(op_name, i, used, n_in, res.n, time.perf_counter() - t0, note)
+
+    @staticmethod
+    def _map(op: Operator, i: int, backward: bool, f: Frontier, out_shape: tuple
+             ) -> Frontier:
+        """A mapping function: on the few cells of a sparse frontier when the operator
+        maps linear indices (in time proportional to the cells), else on the mask."""
+        if f.sparse:
+            lin = op.map_b_lin(f.lin, i) if backward else op.map_f_lin(f.lin, i)
+            if lin is not None:
+                return Frontier(out_shape, lin=np.asarray(lin, dtype=np.uint64))
+        m = op.map_b(f.mask, i) if backward else op.map_f(f.mask, i)
+        return Frontier(out_shape, mask=np.asarray(m, dtype=bool))
 
     def _stored(self, op: Operator, i: int, backward: bool, f: Frontier, s: Strategy,
                 deadline: float | None) -> Frontier | None:

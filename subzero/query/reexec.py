@@ -18,10 +18,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from subzero.cells import Box, size_of, unique
+from subzero.cells import Box, size_of, to_coords, unique
 from subzero.chunking import chunk_grid
 from subzero.engine.reexec import reexecute
 from subzero.engine.runs import LoadedRun
+from subzero.frontier import Frontier
 from subzero.lineage import PairBatch
 from subzero.operator import Operator
 from subzero.runtime import ChunkContext
@@ -64,6 +65,22 @@ def touched_boxes(mask: np.ndarray, tile: Sequence[int]) -> list[Box]:
             for idx in np.argwhere(grid)]
 
 
+def touched_boxes_lin(lin: np.ndarray, shape: Sequence[int], tile: Sequence[int]
+                      ) -> list[Box]:
+    """:func:`touched_boxes` of a few cells given as linear indices (no mask).
+
+    >>> touched_boxes_lin(np.array([25], np.uint64), (5, 6), (2, 4))
+    [Box(lo=(4, 0), hi=(5, 4))]
+    """
+    shape, tile = tuple(int(s) for s in shape), tuple(int(t) for t in tile)
+    if not shape:
+        return [Box((), ())] if len(lin) else []
+    idx = np.unique(to_coords(lin, shape) // np.asarray(tile, dtype=np.int64), axis=0)
+    return [Box(tuple(int(k) * t for k, t in zip(i, tile)),
+                tuple(min(n, (int(k) + 1) * t) for k, t, n in zip(i, tile, shape)))
+            for i in idx]
+
+
 def _any_per_block(a: np.ndarray, ax: int, t: int) -> np.ndarray:
     """``a`` or-reduced over consecutive blocks of ``t`` along axis ``ax`` (the last block
     may be shorter); reshapes, so a C-contiguous mask is read once, vectorized."""
@@ -93,19 +110,23 @@ def chunks_touched(op: Operator, chunks: Sequence[int], i: int, backward: bool,
 
 
 def tiles_touched(op: Operator, chunks: Sequence[int], i: int, backward: bool,
-                  mask: np.ndarray, tile_cells: int = TILE_CELLS) -> tuple[list[Box], int]:
-    """The output tiles to re-execute for the frontier ``mask`` (of the output backward,
-    of input ``i`` forward), and how many output cells they hold."""
+                  mask: Any, tile_cells: int = TILE_CELLS) -> tuple[list[Box], int]:
+    """The output tiles to re-execute for the frontier ``mask`` (a bool mask or a
+    :class:`~subzero.frontier.Frontier`; of the output backward, of input ``i`` forward),
+    and how many output cells they hold."""
     if op.parallelism.kind == "global":
         return [Box.full(op.out_shape)], size_of(op.out_shape)
     tile = tile_shape(chunks, tile_cells)
-    if backward:  # one pass over the frontier: which tiles hold a frontier cell
-        tiles = touched_boxes(mask, tile)
+    if backward and isinstance(mask, Frontier) and mask.sparse:  # its few cells' tiles
+        tiles = touched_boxes_lin(mask.lin, op.out_shape, tile)
+    elif backward:  # one pass over the frontier: which tiles hold a frontier cell
+        tiles = touched_boxes(Frontier.of(mask).mask, tile)
     else:  # a tile's input window (halo included) must hold one
+        m = Frontier.of(mask).mask
         tiles = [box for _, box in chunk_grid(op.out_shape, tile)
-                 if mask[op.input_box(box, i).slices].any()]
+                 if m[op.input_box(box, i).slices].any()]
     if len(tiles) > MAX_TILES:
-        tiles = chunks_touched(op, chunks, i, backward, mask)
+        tiles = chunks_touched(op, chunks, i, backward, Frontier.of(mask).mask)
     return tiles, int(sum(b.size for b in tiles))
 
 

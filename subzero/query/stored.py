@@ -16,7 +16,7 @@ import numpy as np
 
 from encoders.base import check_deadline
 from encoders.lookup import ShardReader, open_shard
-from subzero.cells import as_linear, to_coords
+from subzero.cells import as_linear, to_coords, unique
 from subzero.frontier import Frontier, FrontierUnion
 from subzero.lineage import PairBatch
 from subzero.operator import Operator
@@ -75,11 +75,11 @@ def read_full(readers: Sequence[ShardReader], f: Frontier, i: int, backward: boo
     return u.frontier()
 
 
-def _payload_pairs(readers: Sequence[ShardReader], q: np.ndarray | None, f: np.ndarray | None,
-                   deadline: float | None) -> PairBatch | None:
+def _payload_pairs(readers: Sequence[ShardReader], q: np.ndarray | None,
+                   f: Frontier | None, deadline: float | None) -> PairBatch | None:
     batches = []
     for reader in readers:
-        if f is not None and not f[reader.out_box.slices].any():
+        if f is not None and not f.meets(reader.out_box):
             continue
         b = reader.payload_pairs(q, deadline)
         if b is not None and len(b):
@@ -113,13 +113,42 @@ def group_by_payload(pairs: PairBatch | None) -> list[tuple[bytes, np.ndarray]]:
     return out
 
 
+def _payload_backward_lin(readers: Sequence[ShardReader], op: Operator, i: int,
+                          front: Frontier, composite: bool, deadline: float | None
+                          ) -> Frontier | None:
+    """:func:`read_payload` backward for a sparse frontier, on linear indices only (no
+    mask of either array); None when the operator's default mapping needs the mask."""
+    in_shape, out_shape = op.in_shapes[i], op.out_shape
+    groups = group_by_payload(_payload_pairs(readers, front.lin, front, deadline))
+    parts = []
+    if composite:  # the mapping default for the cells that stored no payload
+        have = (np.concatenate([outs for _, outs in groups]).astype(np.uint64) if groups
+                else np.empty(0, np.uint64))
+        rest = np.setdiff1d(front.lin, have)
+        if len(rest):
+            lin = op.map_b_lin(rest, i)
+            if lin is None:
+                return None
+            parts.append(np.asarray(lin, dtype=np.uint64))
+    for payload, outs in groups:
+        check_deadline(deadline)
+        got = as_linear(op.map_p(to_coords(outs, out_shape), payload, i), in_shape)
+        parts.append(np.asarray(got).astype(np.uint64, copy=False))
+    lin = unique(np.concatenate(parts)) if parts else np.empty(0, np.uint64)
+    return Frontier(in_shape, lin=lin)
+
+
 def read_payload(readers: Sequence[ShardReader], op: Operator, i: int, backward: bool,
                  front: Frontier, composite: bool, deadline: float | None) -> Frontier:
     """Payload (or, ``composite``, Comp) lineage of the frontier through input ``i``."""
     in_shape, out_shape = op.in_shapes[i], op.out_shape
+    if backward and front.sparse:
+        got = _payload_backward_lin(readers, op, i, front, composite, deadline)
+        if got is not None:
+            return got
     f = front.mask
     if backward:
-        groups = group_by_payload(_payload_pairs(readers, front.lin, f, deadline))
+        groups = group_by_payload(_payload_pairs(readers, front.lin, front, deadline))
         res = None
         if composite:  # the mapping default for the cells that stored no payload
             rest = f.copy()
