@@ -289,11 +289,17 @@ def _count(run: Any, name: str) -> int:
 
 
 def _labels(run: Any, name: str) -> int:
-    """Distinct positive labels of array ``name``, read in row blocks."""
-    seen: set[int] = set()
+    """Distinct positive labels of array ``name``, read in row blocks (a bitmap of the
+    labels seen: one pass, no sort)."""
+    seen = np.zeros(1, dtype=bool)
     for _, b in _row_blocks(run, name):
-        seen.update(np.unique(b[b > 0]).tolist())
-    return len(seen)
+        v = b[b > 0]
+        if len(v):
+            top = int(v.max())
+            if top >= len(seen):
+                seen = np.concatenate([seen, np.zeros(top + 1 - len(seen), dtype=bool)])
+            seen[v] = True
+    return int(np.count_nonzero(seen))
 
 
 def _pick(run: Any, name: str, positive: bool, k: int, seed: int) -> np.ndarray:
