@@ -23,12 +23,15 @@ check-java:
 	  exit 1; \
 	fi
 
+# The editable install runs with -qq: pip (25+) forwards the build backend's warnings, and
+# setuptools warns on every editable install (a '!!' block about folders named like the
+# package) that a newcomer cannot act on; pip's errors still show.
 $(STAMP): setup.cfg pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || { \
 	  echo "error: '$(PYTHON) -m venv' failed; on Debian: sudo apt-get install python3-venv" >&2; \
 	  rm -rf $(VENV); exit 1; }
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install -qq -e '.[test]'
 	@touch $(STAMP)
 
 install: $(STAMP)

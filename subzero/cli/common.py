@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from typing import Any, Sequence
 
 import numpy as np
@@ -56,16 +57,22 @@ def _json_default(o: Any) -> Any:
 
 
 def parse_path(text: str) -> list[tuple[str, int]]:
-    """CLI form ``op:idx,op:idx,...`` (``op`` alone means input 0)."""
+    """CLI form ``op:index,op:index,...``: each step names an operator and which of its
+    inputs the path goes through (0 for the first). A step without ``:index`` is refused
+    rather than guessed, since guessing input 0 of a binary operator traces the wrong branch.
+
+    >>> parse_path("clust:0,rmcr:0")
+    [('clust', 0), ('rmcr', 0)]
+    """
     out = []
     for part in [p.strip() for p in text.split(",") if p.strip()]:
-        name, _, idx = part.partition(":")
-        try:
-            out.append((name.strip(), int(idx) if idx.strip() else 0))
-        except ValueError:
-            raise QueryError(f"bad path step {part!r}; expected operator:input_index") from None
+        name, colon, idx = (s.strip() for s in part.partition(":"))
+        if not colon or not name or not re.fullmatch(r"\d+", idx):
+            raise QueryError(f"--path step {part!r}: expected op:index, an operator and the "
+                             f"input it goes through (e.g. {name or 'op'}:0)")
+        out.append((name, int(idx)))
     if not out:
-        raise QueryError(f"bad path {text!r}; expected op:idx,op:idx,...")
+        raise QueryError(f"--path {text!r}: expected op:index,op:index,...")
     return out
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from subzero.api import Run
 from subzero.cells import Box
 from subzero.cli.common import emit_json, parse_cells_text, parse_path, table
-from subzero.cli.render import render_mask
+from subzero.cli.render import cells_phrase, inputs_origin, lineage_legend, render_mask
 from subzero.engine.runs import load_run
 from subzero.errors import QueryError
 
@@ -34,6 +34,7 @@ def _cells(args: argparse.Namespace, shape: tuple[int, ...]) -> Any:
 
 
 def cmd_query(args: argparse.Namespace) -> int:
+    path = parse_path(args.path) if args.path else None  # a bad path fails before any I/O
     run = Run(load_run(args.home, args.run))
     if args.named:
         if any(x is not None for x in (args.direction, args.from_, args.to, args.path,
@@ -50,14 +51,15 @@ def cmd_query(args: argparse.Namespace) -> int:
         qx = run.query_executor()
         qx.check_array(args.from_)
         cells = _cells(args, run.workflow.array_shape(args.from_))
-        path = parse_path(args.path) if args.path else None
         res = qx.query(args.direction, cells, args.from_, path, args.to, args.method)
     if args.out:
         np.save(args.out, res.mask)
     if args.png:
+        origin = inputs_origin(run.loaded.info.get("params"))
+        about = ", ".join(filter(None, (run.workflow.name, origin)))
         render_mask(run.array(res.array), res.mask, args.png,
-                    f"run {run.id}: {res.direction} lineage in {res.array} "
-                    f"({res.count} cells)")
+                    f"run {run.id} ({about}): {res.direction} lineage in {res.array}",
+                    legend=lineage_legend(res))
     if args.json:
         emit_json(res.to_json())
         return 0
@@ -65,7 +67,7 @@ def cmd_query(args: argparse.Namespace) -> int:
                   f"{s.elapsed_s * 1000:.2f}") for s in res.steps],
                 ("operator", "input", "method", "in_cells", "out_cells", "ms")))
     print(f"\n{res.direction} lineage of {res.start} in {res.array} {tuple(res.shape)}: "
-          f"{res.count} cells, {res.elapsed_s * 1000:.1f} ms")
+          f"{cells_phrase(res.count)}, {res.elapsed_s * 1000:.1f} ms")
     if 0 < res.count <= 20:
         print("cells:", "; ".join(",".join(str(v) for v in c) for c in res.coords.tolist()))
     for what, p in (("mask", args.out), ("picture", args.png)):
@@ -83,7 +85,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     s.add_argument("--cells-file", help=".npy of (n, ndim) coordinates or a bool mask")
     s.add_argument("--box", help="a box of cells 'r0:r1,c0:c1' (half-open)")
     s.add_argument("--to", help="target array: union of every path to it")
-    s.add_argument("--path", help="explicit path 'op:idx,op:idx,...'")
+    s.add_argument("--path", help="explicit path 'op:index,op:index,...': each operator and the "
+                   "input it goes through (0 for the first)")
     s.add_argument("--named", help="a named query of the workflow (e.g. BQ3)")
     s.add_argument("--method", default="auto", choices=("auto", "map", "stored", "reexec"),
                    help="preferred access method per step (default: cheapest)")

@@ -2,7 +2,8 @@
 
 The array is contrast-stretched (1st to 99.5th percentile, like an astronomer's display
 stretch) in grey; result cells are painted red, and when they are few they are also ringed so
-that single pixels stay visible on a large image.
+that single pixels stay visible on a large image. A legend under the picture says what the
+red cells are (``legend``) and where the run's inputs came from (:func:`inputs_origin`).
 """
 
 from __future__ import annotations
@@ -39,9 +40,55 @@ def _zoom_box(m: np.ndarray, pad: int = 12) -> tuple[slice, slice] | None:
     return slice(y0, y1), slice(x0, x1)
 
 
-def render_mask(data: np.ndarray, mask: np.ndarray, path: str | Path, title: str = "") -> Path:
-    """Write a PNG of ``data`` with ``mask`` highlighted; when the highlighted cells form a
-    small patch, a second panel zooms in on it."""
+#: ``params["data"]`` of a run (astronomy: files/mixed; genomics: file) -> what the inputs were
+_ORIGINS = {"generated": "generated inputs", "files": "real inputs (files)",
+            "file": "real inputs (file)", "mixed": "real and generated inputs"}
+
+
+def cells_phrase(n: int) -> str:
+    """``n`` cells in words, singular when one.
+
+    >>> cells_phrase(1), cells_phrase(12345)
+    ('1 cell', '12,345 cells')
+    """
+    return f"{n:,} cell" + ("" if n == 1 else "s")
+
+
+def inputs_origin(params: dict[str, Any] | None) -> str:
+    """Whether a run's inputs were generated or real files, from the workflow parameter
+    ``data`` the shipped workflows record; ``""`` when the run does not say.
+
+    >>> inputs_origin({"data": "generated"}), inputs_origin({"data": "files"}), inputs_origin({})
+    ('generated inputs', 'real inputs (files)', '')
+    """
+    return _ORIGINS.get(str((params or {}).get("data", "")), "")
+
+
+def lineage_legend(res: Any) -> str:
+    """What the red cells of a lineage result's picture are, e.g. ``red: 97 cells of exp1,
+    the backward lineage of 12 cells of clust``."""
+    start_n = res.steps[0].in_count if res.steps else None
+    of = (f" of {cells_phrase(start_n)} of {res.start}" if start_n is not None and res.start
+          else f" of {res.start}" if res.start else "")
+    return f"red: {cells_phrase(res.count)} of {res.array}, the {res.direction} lineage{of}"
+
+
+def render_mask(data: np.ndarray, mask: np.ndarray, path: str | Path, title: str = "",
+                legend: str = "") -> Path:
+    """Write a PNG of ``data`` with ``mask`` highlighted, ``title`` above and ``legend`` (what
+    red means; default: the count of red cells) under the picture; when the highlighted cells
+    form a small patch, a second panel zooms in on it."""
+    fig = draw_mask(data, mask, title, legend)
+    import matplotlib.pyplot as plt  # matplotlib only when a picture is asked for (slow)
+
+    path = Path(path)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def draw_mask(data: np.ndarray, mask: np.ndarray, title: str = "", legend: str = "") -> Any:
+    """The matplotlib figure :func:`render_mask` writes."""
     import matplotlib  # matplotlib only when a picture is asked for (slow to import)
 
     matplotlib.use("Agg")
@@ -68,7 +115,7 @@ def render_mask(data: np.ndarray, mask: np.ndarray, path: str | Path, title: str
     if 0 < count <= 2000 and count < 0.01 * m.size:
         ys, xs = np.nonzero(m)
         ax.scatter(xs, ys, s=60, facecolors="none", edgecolors="red", linewidths=1.0)
-    ax.set_title(title or f"{count} cells", fontsize=9)
+    ax.set_title(title or cells_phrase(count), fontsize=9)
     ax.set_xlabel("column")
     ax.set_ylabel("row")
     if zoom:
@@ -89,12 +136,15 @@ def render_mask(data: np.ndarray, mask: np.ndarray, path: str | Path, title: str
         z.set_xlabel("column")
         ax.add_patch(plt.Rectangle((zx.start, zy.start), zx.stop - zx.start,
                                    zy.stop - zy.start, fill=False, edgecolor="yellow"))
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    legend = (legend or f"red: {cells_phrase(count)}") + (
+        "; yellow box: the zoomed area" if zoom else "")
+    fig.text(0.01, 0.015, legend, fontsize=9, ha="left",
+             va="bottom", color="black",
+             bbox={"facecolor": "white", "edgecolor": "red", "boxstyle": "round,pad=0.3"})
+    return fig
 
 
 def describe(res: Any) -> str:
-    return f"{res.direction} lineage in {res.array}: {res.count} of {res.mask.size} cells"
+    return (f"{res.direction} lineage in {res.array}: {cells_phrase(res.count)} of "
+            f"{res.mask.size:,}")
