@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -24,7 +25,7 @@ from subzero.engine import layout
 from subzero.engine.catalog import Catalog
 from subzero.engine.runner import RunResult, run_workflow
 from subzero.engine.runs import LoadedRun, load_run
-from subzero.errors import SubZeroError
+from subzero.errors import StoreError, SubZeroError
 from subzero.query import LineageResult, QueryExecutor
 from subzero.workflow import Workflow
 
@@ -42,22 +43,32 @@ class Home:
     def run(self, workflow: str | Workflow, strategy: str | None = "subzero",
             plan: Mapping[str, Sequence[str]] | None = None,
             inputs: Mapping[str, str] | None = None, chunks: Any = None, split: Any = None,
-            master: str | None = None, max_disk: int | None = None, **params: Any) -> "Run":
-        """Run a workflow (a name from ``subzero workflows``, or a :class:`Workflow`)."""
+            master: str | None = None, max_disk: int | None = None,
+            quiet: bool | None = None, **params: Any) -> "Run":
+        """Run a workflow (a name from ``subzero workflows``, or a :class:`Workflow`).
+
+        The run says on stderr where its inputs come from, that Spark is starting, and how
+        far it is (a progress bar on a terminal, a line every few seconds elsewhere);
+        ``quiet=True`` (default: ``$SUBZERO_QUIET`` set to anything but 0) silences it.
+        """
         if isinstance(workflow, str):
             workflow = workflows.build(workflow, inputs=inputs, **params)
         elif params:
             raise SubZeroError("workflow parameters apply to workflows given by name")
+        if quiet is None:
+            quiet = os.environ.get("SUBZERO_QUIET", "0") not in ("", "0")
         chunking = Chunking(split=split, chunks=chunks) if (chunks or split) else Chunking()
         res = run_workflow(workflow, self.path, inputs=inputs, strategy=strategy, plan=plan,
-                           chunking=chunking, master=master, max_disk=max_disk)
+                           chunking=chunking, master=master, max_disk=max_disk,
+                           progress=not quiet, notify=None if quiet else say)
         out = self.get(res.run)
         out.result = res
         return out
 
     def get(self, run_id: str = "latest") -> "Run":
-        """A finished run by id (``"latest"``: the newest complete run)."""
-        return Run(load_run(self.path, run_id))
+        """A finished run by id (``"latest"``: the newest complete run; ``"latest:NAME"``:
+        the newest complete run of workflow NAME)."""
+        return Run(load_run(self.path, run_id), requested=run_id)
 
     def runs(self) -> list[dict[str, Any]]:
         cat = self.catalog
@@ -70,11 +81,24 @@ class Home:
 class Run:
     """A finished run: its arrays, and lineage queries on them."""
 
-    def __init__(self, loaded: LoadedRun) -> None:
+    def __init__(self, loaded: LoadedRun, requested: str | None = None) -> None:
         self.loaded = loaded
         self.id = loaded.id
         self.workflow = loaded.workflow
         self.result: RunResult | None = None
+        #: how the run was asked for (``latest``, ``latest:astronomy``, ``r3``)
+        self.requested = requested or loaded.id
+
+    def _check_array(self, name: str | None) -> None:
+        """An error naming which run ``latest`` is when it lacks array ``name``."""
+        if name is None or name in self.loaded.arrays:
+            return
+        cat = Catalog(layout.catalog_path(self.home))
+        try:
+            msg = cat.missing_array(self.requested, self.loaded.info, name, self.loaded.arrays)
+        finally:
+            cat.close()
+        raise StoreError(msg)
 
     @property
     def home(self) -> Path:
@@ -86,9 +110,11 @@ class Run:
 
     def array(self, name: str) -> np.ndarray:
         """The whole array ``name`` of this run, as numpy."""
+        self._check_array(name)
         return self.loaded.array(name)
 
     def shape(self, name: str) -> tuple[int, ...]:
+        self._check_array(name)
         self.loaded.array_path(name)
         return tuple(self.loaded.arrays[name]["shape"])
 
@@ -112,6 +138,8 @@ class Run:
         >>> res = run.backward([(10, 20)], start="bright", to="image")   # doctest: +SKIP
         >>> res.count, res.coords[:2], [s.method for s in res.steps]     # doctest: +SKIP
         """
+        self._check_array(start)
+        self._check_array(to)
         return self.query_executor().backward(cells, start, path, to, method)
 
     def forward(self, cells: Any, start: str | None = None,
@@ -119,6 +147,8 @@ class Run:
                 method: str = "auto") -> Any:
         """Forward lineage of ``cells`` of array ``start`` along ``path`` or ``to`` a
         descendant array."""
+        self._check_array(start)
+        self._check_array(to)
         return self.query_executor().forward(cells, start, path, to, method)
 
     def named_query_cells(self, name: str) -> Any:
@@ -138,6 +168,12 @@ class Run:
             cells = self.named_query_cells(name)
         q = self.workflow.queries[name]
         return self.query_executor().query(q.direction, cells, q.start, q.path, q.to, method)
+
+
+def say(line: str) -> None:
+    """What a run says while it runs: one line on stderr (never stdout, which carries
+    ``--json`` output and tables)."""
+    print(f"subzero: {line}", file=sys.stderr, flush=True)
 
 
 def optimized_plan(wf: Workflow, home: Any, max_disk: int | None = None

@@ -62,6 +62,9 @@ class InputSpec:
     generated input never exists whole on the driver. ``source()`` gives the whole array
     at once (derived from ``blocks`` when only that is given); ``loader(path)`` reads a user
     file whole (without one, the engine reads ``.npy`` and FITS files chunk by chunk).
+    ``path`` is a file read by default, like ``--input NAME=PATH`` (e.g. real data the
+    workflow found); ``origin`` says how the default data is made, for the catalog
+    (e.g. ``"generated, seed 0, shape 2001x513"``).
     """
 
     name: str
@@ -74,6 +77,8 @@ class InputSpec:
     #: any input but not counted in the run's input bytes
     auxiliary: bool = False
     blocks: Callable[[Box], np.ndarray] | None = None
+    path: str | None = None
+    origin: str = ""
 
     def __post_init__(self) -> None:
         if self.source is None and self.blocks is not None:
@@ -155,9 +160,11 @@ class Workflow:
               source: Callable[[], np.ndarray] | None = None,
               loader: Callable[[str], np.ndarray] | None = None, description: str = "",
               auxiliary: bool = False,
-              blocks: Callable[[Box], np.ndarray] | None = None) -> str:
+              blocks: Callable[[Box], np.ndarray] | None = None, path: str | None = None,
+              origin: str = "") -> str:
         """Declare an input array (``auxiliary``: a constant not counted as input data;
-        ``blocks``: a generator of any box, see :class:`InputSpec`)."""
+        ``blocks``: a generator of any box; ``path``: a file read by default; ``origin``:
+        how the default data is made; see :class:`InputSpec`)."""
         self._check_new(name)
         try:
             shp = tuple(int(s) for s in shape)
@@ -166,7 +173,7 @@ class Workflow:
         if any(s < 0 for s in shp):
             raise ShapeError(f"input {name!r}: shape must be non-negative. Got {shp}.")
         self.inputs[name] = InputSpec(name, shp, np.dtype(dtype), source, loader, description,
-                                      auxiliary, blocks)
+                                      auxiliary, blocks, path, origin)
         self._valid = False
         return name
 

@@ -189,7 +189,8 @@ def test_master_without_live_workers_fails_in_one_line(cluster, tmp_path):
     elapsed = time.monotonic() - t0
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and cluster.master_url in lines[0] and "no executor" in lines[0]
+    assert lines[0] == f"subzero: starting Spark ({cluster.master_url})..."
+    assert len(lines) == 2 and cluster.master_url in lines[1] and "no executor" in lines[1]
     assert elapsed < 90, elapsed
 
 

@@ -12,11 +12,19 @@ summed, cleaned of the cosmic rays both flagged, and searched for stars::
 
 28 operators: 24 built-ins with mapping functions, 4 UDFs (cr1, cr2, rmcr, clust; see
 :mod:`workflows.astro_udfs` for their honest composite lineage). Inputs ``exp1``/``exp2``
-come from FITS files (``--input exp1=PATH``, read chunk by chunk by the engine) or are
+come from FITS files (``--input exp1=PATH``, read chunk by chunk by the engine), or are
 generated with a fixed seed, box by box in the tasks
 (:class:`workflows.astro_data.ExposureField`); the auxiliary ``satmask``, ``biasmask``,
 ``darkmask`` (zero) and ``flatmask`` (one) are constants of the image's shape and do not
 count as input data.
+
+Which exposures (``data``, :func:`choose_real`): ``data=auto`` (the default) reads the real
+LSST pair from ``$SUBZERO_DATA/lsst`` when that variable is set and holds both files and
+nothing asks for generated ones (no ``--input``, ``shape``, ``seed`` or ``ccds``); otherwise
+it generates them. ``data=real`` insists on the real pair (from ``$SUBZERO_DATA``, else
+``../shared/data``), ``data=generated`` on generated ones. Each input records its origin
+(``InputSpec.origin``: ``"generated, seed 0, shape 2001x513"``; a file's path and checksum
+are the engine's).
 
 Many CCDs (``--param ccds=N``, an LSST visit has 189): N independent copies of the 28
 operators, CCD ``k`` (1-based) with its inputs, operators and named queries prefixed
@@ -40,6 +48,7 @@ corner of exp1 forward through the overscan branch into rmoverscan1's input 1.
 from __future__ import annotations
 
 import numbers
+import os
 import re
 from functools import partial
 from typing import Any, Iterator, Mapping
@@ -50,13 +59,14 @@ from operators import Binary, Cast, Copy, MaskReplace, MeanBroadcast, Reduce, Su
 from subzero.cells import Box
 from subzero.errors import WorkflowError
 from subzero.workflow import NamedQuery, Workflow, parse_shape_param
-from workflows.astro_data import EXPOSURE_SHAPE, SKY, ExposureField, exposure_paths
+from workflows.astro_data import (EXPOSURE_FILES, EXPOSURE_SHAPE, SKY, ExposureField,
+                                  data_dir, exposure_paths)
 from workflows.astro_udfs import astronomy_udfs
 
 NAME = "astronomy"
 DESCRIPTION = ("LSST image cleaning and star detection: 2 exposures, 28 operators, 4 UDFs "
-               "(generated exposures unless --input exp1=... exp2=...; --param ccds=N for "
-               "N CCDs)")
+               "(the real exposures in $SUBZERO_DATA when set, else generated ones; "
+               "--input exp1=... exp2=...; --param ccds=N for N CCDs)")
 QUERY_SEED = 7
 #: CCDs one workflow may hold (an LSST visit has 189): more is a mistake, not a visit.
 MAX_CCDS = 1024
@@ -78,6 +88,41 @@ def real_inputs() -> dict[str, str] | None:
     """``{"exp1": path, "exp2": path}`` of the real LSST exposures when available."""
     paths = exposure_paths()
     return None if paths is None else {"exp1": str(paths[0]), "exp2": str(paths[1])}
+
+
+DATA_CHOICES = ("auto", "real", "generated")
+
+
+def choose_real(data: Any, generated_asked: bool) -> tuple[dict[str, str] | None, str]:
+    """The real exposures a run without ``--input`` files reads (``{"exp1": path, "exp2":
+    path}``, or None to generate them), and why not when ``$SUBZERO_DATA`` is set but
+    not used (for the generated inputs' origin; else ""). See the module docstring.
+
+    >>> choose_real("generated", False)
+    (None, '')
+    """
+    if data not in DATA_CHOICES:
+        raise WorkflowError(f"data must be one of {', '.join(DATA_CHOICES)} (where the "
+                            f"exposures come from). Got {data!r}.")
+    env = os.environ.get("SUBZERO_DATA")
+    if data == "generated" or (data == "auto" and not env):
+        return None, ""
+    if data == "real":
+        if generated_asked:
+            raise WorkflowError("data=real reads the real exposures: leave out shape, seed, "
+                                "ccds and --input")
+        found = real_inputs()
+        if found is None:
+            where = data_dir() or "$SUBZERO_DATA (not set) or ../shared/data"
+            raise WorkflowError(f"data=real: no LSST exposures in {where} (expected "
+                                f"{' and '.join(EXPOSURE_FILES)} there)")
+        return found, ""
+    if generated_asked:
+        return None, ""
+    paths = exposure_paths(env)
+    if paths is None:
+        return None, f"$SUBZERO_DATA={env} holds no {EXPOSURE_FILES[0]}"
+    return {"exp1": str(paths[0]), "exp2": str(paths[1])}, ""
 
 
 # ---------------------------------------------------------------------------------------
@@ -152,8 +197,9 @@ def _exposure_files(inputs: Mapping[str, str], ccds: int) -> dict[int, dict[int,
             files.setdefault(k, {})[e] = path
         elif key not in aux:
             names = "exp1, exp2" if ccds == 1 else f"c1.exp1, c1.exp2 ... c{ccds}.exp2"
-            raise WorkflowError(f"--input {key}: the astronomy workflow with ccds={ccds} "
-                                f"reads {names} (and satmask, biasmask, darkmask, flatmask)")
+            raise WorkflowError(f"--input {key}: unknown input {key!r}; the astronomy workflow "
+                                f"with ccds={ccds} reads {names} (and satmask, biasmask, "
+                                "darkmask, flatmask)")
     for k, given in sorted(files.items()):
         if len(given) < 2:
             p = ccd_prefix(k, ccds)
@@ -174,9 +220,9 @@ def _constant(value: Any, dtype: str, box: Box) -> np.ndarray:
     return np.full(box.shape, value, dtype=dtype)
 
 
-def build(inputs: Mapping[str, str] | None = None, seed: Any = 0, shape: Any = None,
-          sky: Any = SKY, threshold: Any = 100.0, mask: str = "and", ccds: Any = 1
-          ) -> Workflow:
+def build(inputs: Mapping[str, str] | None = None, seed: Any = None, shape: Any = None,
+          sky: Any = SKY, threshold: Any = 100.0, mask: str = "and", ccds: Any = None,
+          data: str = "auto") -> Workflow:
     """The 28-operator workflow, once per CCD.
 
     Parameters
@@ -184,14 +230,17 @@ def build(inputs: Mapping[str, str] | None = None, seed: Any = 0, shape: Any = N
     inputs : FITS files by input name: ``{"exp1": path, "exp2": path}`` (both or neither);
         with ``ccds`` > 1, ``c{k}.exp1`` and ``c{k}.exp2`` per CCD (both or neither for
         each CCD; the others are generated).
-    seed, shape : for generated exposures (default shape 2001 x 513); CCD ``k`` uses
-        :func:`ccd_seed` ``(seed, k)``.
+    seed, shape : for generated exposures (default seed 0, shape 2001 x 513); CCD ``k``
+        uses :func:`ccd_seed` ``(seed, k)``.
     sky : background level (counts) the cosmic-ray noise model adds back (see
         :class:`workflows.astro_udfs.CosmicRayDetect`).
     threshold : star detection threshold on the cleaned sum.
     mask : how ``maskexp`` combines the two cosmic-ray masks: ``and`` (the paper's workflow:
         only pixels flagged in both exposures) or ``or`` (either exposure).
-    ccds : number of CCDs (independent copies of the pipeline), a positive integer.
+    ccds : number of CCDs (independent copies of the pipeline), a positive integer
+        (default 1).
+    data : ``auto``, ``real`` or ``generated``: where exposures without ``inputs`` come
+        from (see the module docstring).
 
     Examples
     --------
@@ -199,14 +248,19 @@ def build(inputs: Mapping[str, str] | None = None, seed: Any = 0, shape: Any = N
     >>> len(wf.order), list(wf.inputs)[:3], list(wf.queries)[:2]
     (56, ['c1.exp1', 'c1.exp2', 'c2.exp1'], ['c1.BQ0', 'c1.BQ1'])
     """
-    n = parse_ccds(ccds)
+    n = parse_ccds(1 if ccds is None else ccds)
     files = _exposure_files(dict(inputs or {}), n)
     if mask not in ("and", "or"):
         raise WorkflowError(f"mask must be 'and' or 'or'. Got {mask!r}.")
-    seed, sky, threshold = parse_seed(seed), float(sky), float(threshold)
+    real, why_not = choose_real(data, bool(files) or any(
+        v is not None for v in (seed, shape, ccds)))
+    seed = 0 if seed is None else parse_seed(seed)
+    sky, threshold = float(sky), float(threshold)
     shp = EXPOSURE_SHAPE if shape is None else parse_shape_param(shape, minimum=8)
     if files and shape is not None and shp != EXPOSURE_SHAPE:
         raise WorkflowError("shape applies to generated exposures only")
+    if real:
+        files = {1: {1: real["exp1"], 2: real["exp2"]}}
     data = "generated" if not files else "files" if len(files) == n else "mixed"
     params = {"seed": seed, "shape": list(shp), "sky": sky, "threshold": threshold,
               "mask": mask, "data": data, "ccds": n}
@@ -216,15 +270,18 @@ def build(inputs: Mapping[str, str] | None = None, seed: Any = 0, shape: Any = N
     for k in range(1, n + 1):
         field = ExposureField(ccd_seed(seed, k), shp)
         of = "" if n == 1 else f" of CCD {k}"
+        made = f"generated, seed {field.seed}, shape {shp[0]}x{shp[1]}"
         for e in (1, 2):
-            # generated box by box in the tasks, unless --input gives the file
+            # generated box by box in the tasks, unless --input (or data) gives the file
             wf.input(f"{ccd_prefix(k, n)}exp{e}", shp, "uint16", blocks=field.blocks(e),
-                     description=f"exposure {e}{of} (uint16 counts)")
+                     description=f"exposure {e}{of} (uint16 counts)",
+                     path=real[f"exp{e}"] if real and k == 1 else None,
+                     origin=f"{made} ({why_not})" if why_not else made)
     for name, dtype, fill in AUXILIARY:
         what = ("saturation mask (all zero)" if name == "satmask"
                 else f"{name[:-4]} frame (all {fill:g})")
         wf.input(name, shp, dtype, blocks=partial(_constant, fill, dtype), auxiliary=True,
-                 description=what)
+                 description=what, origin=f"constant {what}")
     for k in range(1, n + 1):
         _add_pipeline(wf, ccd_prefix(k, n), sky, threshold, mask)
         for q in named_queries(shp, ccd_prefix(k, n)):

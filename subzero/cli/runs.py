@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -13,13 +12,13 @@ from typing import Any
 import numpy as np
 
 import workflows
-from subzero.api import Home, optimized_plan
+from subzero.api import Home, optimized_plan, say
 from subzero.chunking import Chunking
 from subzero.cli.common import CliError, emit_json, parse_assignments, table
 from subzero.engine import layout
 from subzero.engine.catalog import Catalog
+from subzero.engine.inputs import origin_text
 from subzero.engine.runner import RunResult, run_workflow
-from subzero.engine.runs import load_run
 from subzero.sizes import human_bytes, parse_size
 
 
@@ -73,7 +72,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     res = run_workflow(
         wf, home=args.home, inputs=inputs, strategy=strategy, plan=plan, label=label,
         chunking=Chunking.parse(args.chunks), master=args.master,
-        progress=not args.json and sys.stderr.isatty(), max_disk=max_disk,
+        progress=True, notify=say, max_disk=max_disk,
     )
     notes = _run_summary(args, res)
     if args.json:
@@ -83,7 +82,8 @@ def cmd_run(args: argparse.Namespace) -> int:
              human_bytes(o["lineage_bytes"]), ",".join(o["strategies"])) for o in res.operators]
     print(table(rows, ("operator", "runtime_s", "lineage_s", "lineage", "strategies")))
     print(f"\nrun {res.run} of {res.workflow} ({res.strategy}) complete in {res.runtime_s:.2f} s; "
-          f"inputs {human_bytes(res.input_bytes)}, lineage {human_bytes(res.lineage_bytes)}")
+          f"inputs {human_bytes(res.input_bytes)} ({data_kind(res.inputs)}), "
+          f"lineage {human_bytes(res.lineage_bytes)}")
     for line in notes:
         print(line)
     return 0
@@ -94,6 +94,17 @@ def _run_summary(args: argparse.Namespace, res: RunResult) -> list[str]:
     if res.workflow not in workflows.available():
         return []
     return workflows.summary(res.workflow, Home(args.home).get(res.run))
+
+
+def data_kind(origins: dict[str, Any] | None) -> str:
+    """``generated``, ``files`` or ``mixed``: where a run's (non-constant) inputs came from.
+
+    >>> data_kind({"exp1": {"kind": "file"}, "satmask": {"kind": "workflow", "auxiliary": True}})
+    'files'
+    """
+    kinds = {("files" if (o or {}).get("kind") == "file" else "generated" if o else "-")
+             for o in (origins or {}).values() if not (o or {}).get("auxiliary")}
+    return kinds.pop() if len(kinds) == 1 else "mixed" if kinds else "-"
 
 
 def _catalog(args: argparse.Namespace) -> Catalog:
@@ -107,18 +118,20 @@ def _catalog(args: argparse.Namespace) -> Catalog:
 def cmd_runs(args: argparse.Namespace) -> int:
     cat = _catalog(args)
     runs = cat.runs()
+    origins = cat.input_origins()
     keys = ("id", "workflow", "strategy", "status", "started", "runtime_s", "input_bytes",
             "lineage_bytes", "error")
     if args.json:
-        emit_json([{("run" if k == "id" else k): r[k] for k in keys} for r in runs])
+        emit_json([{**{("run" if k == "id" else k): r[k] for k in keys},
+                    "inputs": origins.get(r["id"], {})} for r in runs])
         return 0
     rows = [(r["id"], r["workflow"], r["strategy"] or "-", r["status"],
              time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started"])),
              "-" if r["runtime_s"] is None else f"{r['runtime_s']:.2f}",
-             human_bytes(r["input_bytes"]), human_bytes(r["lineage_bytes"]),
-             r["error"] or "") for r in runs]
+             human_bytes(r["input_bytes"]), data_kind(origins.get(r["id"])),
+             human_bytes(r["lineage_bytes"]), r["error"] or "") for r in runs]
     print(table(rows, ("run", "workflow", "strategy", "status", "started", "runtime_s",
-                       "inputs", "lineage", "note")) if rows else "no runs yet")
+                       "inputs", "data", "lineage", "note")) if rows else "no runs yet")
     return 0
 
 
@@ -127,12 +140,19 @@ def cmd_show(args: argparse.Namespace) -> int:
     info = cat.run(args.run)
     rid = info["id"]
     ops, stats, arrays = cat.operators(rid), cat.op_stats(rid), cat.arrays(rid)
+    origins = cat.input_origins(rid).get(rid, {})
     if args.json:
-        emit_json({"run": info, "operators": list(ops.values()), "stats": list(stats.values()),
-                   "arrays": list(arrays.values())})
+        emit_json({"run": info, "inputs": origins, "operators": list(ops.values()),
+                   "stats": list(stats.values()), "arrays": list(arrays.values())})
         return 0
     print(f"run {rid}: {info['workflow']} ({info['strategy']}), {info['status']}"
           + (f" - {info['error']}" if info["error"] else ""))
+    data = sorted(n for n, o in origins.items() if not (o or {}).get("auxiliary"))
+    for n in data:
+        print(f"input {n}: {origin_text(origins[n])}")
+    constants = [n for n in origins if n not in data]
+    if constants:
+        print(f"constant inputs of the workflow: {', '.join(constants)}")
     rows = []
     for n, o in ops.items():
         s = stats.get(n, {})
@@ -148,7 +168,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    run = load_run(args.home, args.run)
+    run = Home(args.home).get(args.run)
     data = run.array(args.array)
     out = Path(args.out)
     suffix = out.suffix.lower()
@@ -197,11 +217,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     s.set_defaults(func=cmd_runs)
 
     s = sub.add_parser("show", parents=[common], help="show a run's operators and figures")
-    s.add_argument("run", help="run id, or 'latest'")
+    s.add_argument("run", help="run id, 'latest' or 'latest:WORKFLOW'")
     s.set_defaults(func=cmd_show)
 
     s = sub.add_parser("export", parents=[common], help="write an array of a run to .npy/.fits")
-    s.add_argument("run", help="run id, or 'latest'")
+    s.add_argument("run", help="run id, 'latest' or 'latest:WORKFLOW'")
     s.add_argument("array")
     s.add_argument("out")
     s.set_defaults(func=cmd_export)

@@ -7,7 +7,8 @@ interrupted stays ``running`` until the next process that opens the catalog sees
 process is gone and marks it ``failed``.
 
 The schema carries a version (``meta.schema_version``); opening a catalog written by a newer
-SubZero is refused rather than misread.
+SubZero is refused rather than misread, and one written by an older SubZero is migrated in
+place (:data:`MIGRATIONS`) the first time it is opened.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any, Iterator
 
 from subzero.errors import CatalogError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -41,7 +42,7 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE TABLE IF NOT EXISTS arrays (
     run TEXT NOT NULL, name TEXT NOT NULL, shape TEXT NOT NULL, dtype TEXT NOT NULL,
     chunks TEXT NOT NULL, producer TEXT, nbytes INTEGER, stored_bytes INTEGER,
-    PRIMARY KEY (run, name)
+    origin TEXT, PRIMARY KEY (run, name)
 );
 CREATE TABLE IF NOT EXISTS operators (
     run TEXT NOT NULL, name TEXT NOT NULL, position INTEGER NOT NULL, class TEXT NOT NULL,
@@ -72,6 +73,14 @@ CREATE TABLE IF NOT EXISTS query_log (
     in_count INTEGER, out_count INTEGER, elapsed_s REAL, steps TEXT
 );
 """
+
+
+#: what takes a catalog of version ``v - 1`` to version ``v`` (SQL statements, in order)
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    # 2: where each input came from (JSON: a file's path, size and checksum, or how the
+    # workflow made it); NULL for the inputs of runs recorded before
+    2: ("ALTER TABLE arrays ADD COLUMN origin TEXT",),
+}
 
 
 def _proc_start(pid: int) -> str | None:
@@ -181,7 +190,18 @@ class Catalog:
                     f"catalog {self.path} has schema version {row['value']}; this SubZero "
                     f"reads up to {SCHEMA_VERSION} (upgrade SubZero)"
                 )
+            elif int(row["value"]) < SCHEMA_VERSION:
+                self._migrate(int(row["value"]))
         self.reap_stale_runs()
+
+    def _migrate(self, version: int) -> None:
+        """Bring a catalog of an older schema up to :data:`SCHEMA_VERSION` (inside the
+        opening transaction: all steps or none)."""
+        for v in range(version + 1, SCHEMA_VERSION + 1):
+            for stmt in MIGRATIONS.get(v, ()):
+                self.db.execute(stmt)
+        self.db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
+                        (str(SCHEMA_VERSION),))
 
     @property
     def schema_version(self) -> int:
@@ -246,7 +266,22 @@ class Catalog:
         return dead
 
     def run(self, rid: str) -> dict[str, Any]:
-        if rid in ("latest", "last"):
+        """A run's row by id (``r3``); ``latest`` (or ``last``) is the newest complete run,
+        ``latest:WORKFLOW`` the newest complete run of that workflow."""
+        head, _, workflow = rid.partition(":")
+        if head in ("latest", "last") and ":" in rid:
+            row = self.db.execute(
+                "SELECT * FROM runs WHERE status = 'complete' AND workflow = ? "
+                "ORDER BY seq DESC LIMIT 1", (workflow,)).fetchone()
+            if row is None:
+                have = [r[0] for r in self.db.execute(
+                    "SELECT DISTINCT workflow FROM runs WHERE status = 'complete' "
+                    "ORDER BY workflow")]
+                hint = (f"complete runs are of {', '.join(have)}" if have
+                        else "the catalog has no complete run")
+                raise CatalogError(f"{rid}: no complete run of workflow {workflow!r} in "
+                                   f"{self.path.parent} ({hint})")
+        elif rid in ("latest", "last"):
             row = self.db.execute(
                 "SELECT * FROM runs WHERE status = 'complete' ORDER BY seq DESC LIMIT 1"
             ).fetchone()
@@ -278,12 +313,15 @@ class Catalog:
 
     # -- arrays and operators --------------------------------------------------------------
     def add_array(self, rid: str, name: str, shape: tuple, dtype: str, chunks: tuple,
-                  producer: str | None, nbytes: int, stored_bytes: int | None = None) -> None:
+                  producer: str | None, nbytes: int, stored_bytes: int | None = None,
+                  origin: dict[str, Any] | None = None) -> None:
+        """Record an array; an input's ``origin`` says where its data came from."""
         with self.tx() as db:
             db.execute(
-                "INSERT INTO arrays VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO arrays (run, name, shape, dtype, chunks, producer, nbytes, "
+                "stored_bytes, origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (rid, name, json.dumps(list(shape)), dtype, json.dumps(list(chunks)), producer,
-                 nbytes, stored_bytes),
+                 nbytes, stored_bytes, None if origin is None else json.dumps(origin)),
             )
 
     def set_array_bytes(self, rid: str, name: str, stored_bytes: int) -> None:
@@ -297,7 +335,44 @@ class Catalog:
             d = dict(r)
             d["shape"] = tuple(json.loads(d["shape"]))
             d["chunks"] = tuple(json.loads(d["chunks"]))
+            d["origin"] = _loads(d["origin"])
             out[d["name"]] = d
+        return out
+
+    def newest_with_array(self, name: str) -> dict[str, Any] | None:
+        """The newest complete run that has an array ``name`` (its ``id`` and
+        ``workflow``), or None: what ``latest:WORKFLOW`` to suggest when ``latest`` lacks it."""
+        row = self.db.execute(
+            "SELECT runs.id, runs.workflow FROM runs JOIN arrays ON arrays.run = runs.id "
+            "WHERE runs.status = 'complete' AND arrays.name = ? ORDER BY runs.seq DESC LIMIT 1",
+            (name,)).fetchone()
+        return None if row is None else dict(row)
+
+    def missing_array(self, requested: str, info: dict[str, Any], name: str,
+                      arrays: Any) -> str:
+        """The one-line error for run ``info`` (asked for as ``requested``) lacking array
+        ``name``: when ``requested`` is ``latest``, which workflow that is, and the
+        ``latest:WORKFLOW`` whose newest run has the array."""
+        known = f"arrays: {', '.join(arrays)}"
+        if requested not in ("latest", "last"):
+            return f"run {info['id']} has no array {name!r} ({known})"
+        head = (f"run {info['id']} ({requested}: the newest run of any workflow, here "
+                f"{info['workflow']!r}) has no array {name!r}")
+        other = self.newest_with_array(name)
+        if other is None:
+            return f"{head}; no complete run has one ({known})"
+        return (f"{head}; use {requested}:{other['workflow']} for the newest run of "
+                f"{other['workflow']!r} ({known})")
+
+    def input_origins(self, rid: str | None = None) -> dict[str, dict[str, Any]]:
+        """Where each input came from, ``{run: {input: origin}}`` (one run's, or every
+        run's); an origin is None for runs recorded before origins were."""
+        q = "SELECT run, name, origin FROM arrays WHERE producer IS NULL"
+        rows = (self.db.execute(q + " ORDER BY rowid") if rid is None
+                else self.db.execute(q + " AND run = ? ORDER BY rowid", (rid,)))
+        out: dict[str, dict[str, Any]] = {}
+        for r in rows:
+            out.setdefault(r["run"], {})[r["name"]] = _loads(r["origin"])
         return out
 
     def add_operator(self, rid: str, position: int, name: str, cls: str, kind: str,

@@ -6,21 +6,36 @@ inputs into *chunked* ones, which the tasks produce box by box (a workflow's ``b
 generator, or a ``.npy`` / FITS file read through a memory map, :class:`FileBlocks`), and
 the rest (a workflow's whole-array ``source`` or ``loader``), read on the driver. The
 driver checks a file's shape and dtype from its header before any task runs.
+
+:func:`input_origins` says where each input came from, for the catalog and the run's
+messages: a file (its absolute path, size, modification time and SHA-256) or the
+workflow's own description of how it made the data (``"generated, seed 0, shape
+2001x513"``). A file's input is ``--input NAME=PATH``, else the file the workflow names
+itself (``InputSpec.path``, e.g. real data it found).
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from subzero.cells import Box
 from subzero.errors import StoreError, WorkflowError
+from subzero.sizes import human_bytes
 from subzero.workflow import InputSpec, Workflow
 
 FITS_SUFFIXES = (".fits", ".fit", ".fts")
+#: files up to this size are checksummed whole (SHA-256, about 1 s per GB); larger ones by
+#: the SHA-256 of their first and last :data:`HASH_END_BYTES` (``sha256_ends``), which with
+#: the size and modification time tells a changed file from the one a run read
+FULL_HASH_BYTES = 1 << 30
+HASH_END_BYTES = 1 << 20
+#: what a run says about an input the workflow made without a description of its own
+WORKFLOW_SOURCE = "made by the workflow (no file)"
 
 
 @dataclass(frozen=True)
@@ -138,7 +153,7 @@ def plan_inputs(wf: Workflow, paths: Mapping[str, str] | None
                 ) -> tuple[dict[str, Callable[[Box], np.ndarray]], dict[str, np.ndarray]]:
     """Split the inputs into chunked ones (a block source each, for the tasks) and the
     others (their whole data, read here). Checks every input before anything runs."""
-    paths = _check_names(wf, paths)
+    paths = input_paths(wf, paths)
     chunked: dict[str, Callable[[Box], np.ndarray]] = {}
     whole: dict[str, np.ndarray] = {}
     for name, spec in wf.inputs.items():
@@ -166,6 +181,66 @@ def _check_names(wf: Workflow, paths: Mapping[str, str] | None) -> dict[str, str
     return paths
 
 
+def input_paths(wf: Workflow, paths: Mapping[str, str] | None) -> dict[str, str]:
+    """The file each input is read from: ``paths`` (``--input NAME=PATH``, checked), else
+    the file the workflow names (``InputSpec.path``); inputs made by the workflow absent."""
+    given = _check_names(wf, paths)
+    return {n: given.get(n) or str(s.path) for n, s in wf.inputs.items()
+            if n in given or s.path}
+
+
+def file_origin(path: str | Path) -> dict[str, Any]:
+    """A file input's origin: absolute path, size, modification time and checksum, read in
+    1 MiB blocks (``sha256`` of the whole file up to :data:`FULL_HASH_BYTES`, else
+    ``sha256_ends``: of its first and last :data:`HASH_END_BYTES`)."""
+    p = Path(path).resolve()
+    size = p.stat().st_size
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        if size <= FULL_HASH_BYTES:
+            key = "sha256"
+            for block in iter(lambda: f.read(HASH_END_BYTES), b""):
+                h.update(block)
+        else:
+            key = "sha256_ends"
+            h.update(f.read(HASH_END_BYTES))
+            f.seek(size - HASH_END_BYTES)
+            h.update(f.read(HASH_END_BYTES))
+    return {"kind": "file", "path": str(p), "bytes": size, "mtime": p.stat().st_mtime,
+            key: h.hexdigest()}
+
+
+def input_origins(wf: Workflow, paths: Mapping[str, str] | None) -> dict[str, dict[str, Any]]:
+    """Where each input of a run comes from (see the module docstring); ``auxiliary``
+    marks the workflow's constants."""
+    files = input_paths(wf, paths)
+    out = {}
+    for name, spec in wf.inputs.items():
+        origin = (file_origin(files[name]) if name in files
+                  else {"kind": "workflow", "description": spec.origin or WORKFLOW_SOURCE})
+        out[name] = {**origin, "auxiliary": bool(spec.auxiliary)}
+    return out
+
+
+def origin_text(origin: dict[str, Any] | None) -> str:
+    """One line for an input's origin (:func:`input_origins`).
+
+    >>> origin_text({"kind": "workflow", "description": "generated, seed 0, shape 8x8"})
+    'generated, seed 0, shape 8x8'
+    >>> origin_text({"kind": "file", "path": "/d/e.fits", "bytes": 4_110_000,
+    ...              "sha256": "ab12" * 16})
+    '/d/e.fits (4.1 MB, sha256 ab12ab12ab12...)'
+    """
+    if not origin:
+        return "not recorded (a run from before SubZero recorded inputs' origins)"
+    if origin.get("kind") != "file":
+        return str(origin.get("description") or WORKFLOW_SOURCE)
+    key = "sha256" if "sha256" in origin else "sha256_ends"
+    what = "sha256" if key == "sha256" else "sha256 of first and last MiB"
+    return (f"{origin['path']} ({human_bytes(origin.get('bytes'))}, "
+            f"{what} {str(origin.get(key, ''))[:12]}...)")
+
+
 def load_file(path: str) -> np.ndarray:
     """Read an input array from ``.npy`` or ``.fits`` (first image HDU)."""
     p = Path(path)
@@ -189,7 +264,7 @@ def load_inputs(wf: Workflow, paths: Mapping[str, str] | None, only: str | None 
                 ) -> dict[str, np.ndarray]:
     """Each input's whole data (or input ``only``'s): from ``paths`` (``--input NAME=PATH``)
     or its default source."""
-    paths = _check_names(wf, paths)
+    paths = input_paths(wf, paths)
     data = {}
     for name, spec in wf.inputs.items():
         if only is not None and name != only:

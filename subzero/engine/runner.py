@@ -4,9 +4,10 @@
 each one Spark job with one task per output chunk (:mod:`subzero.engine.tasks`), in
 small steps:
 
-1. validate the workflow, resolve its strategies, check the inputs, start Spark and open
-   the run's catalog row; :func:`_store_inputs` writes the inputs the driver reads whole
-   (small ones); the others are produced chunk by chunk by the first stages' tasks;
+1. validate the workflow, resolve its strategies, check the inputs and note where each
+   comes from (:func:`_say_inputs`), start Spark and open the run's catalog row;
+   :func:`_store_inputs` writes the inputs the driver reads whole (small ones); the
+   others are produced chunk by chunk by the first stages' tasks;
 2. :func:`_save_workflow`: the bound workflow, for re-execution;
 3. :func:`_execute`: stages whose dependencies are done are submitted from a small thread
    pool, so independent stages (two exposures, many CCDs) run at the same time on Spark's
@@ -17,7 +18,9 @@ small steps:
 4. :func:`_finish`: the run's totals; a failure marks the run ``failed`` instead.
 
 No step collects an array or lineage pairs to the driver: tasks return timings and
-statistics only.
+statistics only. ``notify`` (a callable taking one line) hears what the run is doing:
+where the inputs come from, Spark starting, a strategy that stores nothing, and, when
+stderr is not a terminal, the operators done so far (on a terminal, a progress bar).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from subzero.chunking import Chunking, chunk_grid, task_grid
 from subzero.engine import arrays, layout
 from subzero.engine.capacity import check_fits
 from subzero.engine.catalog import Catalog
-from subzero.engine.inputs import plan_inputs
+from subzero.engine.inputs import input_origins, origin_text, plan_inputs
 from subzero.engine.spark import get_spark, resolve_master
 from subzero.engine.stages import Stage, plan_stages
 from subzero.engine.tasks import (
@@ -75,6 +78,8 @@ class RunResult:
     concurrency: int = 1
     #: the driver process's peak resident memory (bytes) when the run ended
     driver_peak_rss: int = 0
+    #: where each input came from (:func:`subzero.engine.inputs.input_origins`)
+    inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -82,7 +87,7 @@ class RunResult:
             "runtime_s": self.runtime_s, "input_bytes": self.input_bytes,
             "lineage_bytes": self.lineage_bytes, "stages": self.stages,
             "concurrency": self.concurrency, "driver_peak_rss": self.driver_peak_rss,
-            "operators": self.operators,
+            "operators": self.operators, "inputs": self.inputs,
         }
 
 
@@ -99,6 +104,7 @@ class _Run:
     max_disk: int | None
     plan: dict[str, list[Strategy]] = field(default_factory=dict)
     paths: dict[str, Path] = field(default_factory=dict)
+    origins: dict[str, dict[str, Any]] = field(default_factory=dict)
     input_bytes: int = 0
     lineage_bytes: int = 0
     operators: list[dict[str, Any]] = field(default_factory=list)
@@ -124,9 +130,42 @@ class _Stage:
         return float(sum(r.get(key, 0.0) for r in self.results))
 
 
-def _progress(total: int, enabled: bool) -> Any:
+#: with stderr not a terminal, a line on the operators done at most this often (seconds)
+PROGRESS_EVERY_S = 5.0
+#: input origins a run lists one per line; more are summed up in one line
+SAY_INPUTS = 6
+
+
+class _Lines:
+    """Progress as lines (stderr not a terminal: a log, a notebook, a pipe): the operators
+    done so far, at most every ``every`` seconds; the interface of tqdm the run uses."""
+
+    def __init__(self, total: int, notify: Callable[[str], None], every: float) -> None:
+        self.total, self.notify, self.every = total, notify, every
+        self.n, self.name = 0, ""
+        self.t0 = self.last = time.monotonic()
+
+    def set_description(self, name: str) -> None:
+        self.name = name
+
+    def update(self, k: int = 1) -> None:
+        self.n += k
+        now = time.monotonic()
+        if now - self.last >= self.every and self.n < self.total:
+            self.last = now
+            self.notify(f"{self.n}/{self.total} operators done ({self.name}; "
+                        f"{now - self.t0:.0f} s)")
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(total: int, enabled: bool, notify: Callable[[str], None] | None = None
+              ) -> Any:
     if not enabled:
         return None
+    if not sys.stderr.isatty():
+        return None if notify is None else _Lines(total, notify, PROGRESS_EVERY_S)
     try:
         from tqdm import tqdm  # optional: a progress bar only on a terminal
     except ImportError:  # pragma: no cover
@@ -158,7 +197,37 @@ def _record_input(r: _Run, name: str) -> None:
         r.input_bytes += nbytes
     r.cat.add_array(r.rid, name, spec.shape, str(spec.dtype),
                     r.chunking.chunk_shape(spec.shape), None, nbytes,
-                    arrays.stored_bytes(r.paths[name]))
+                    arrays.stored_bytes(r.paths[name]), origin=r.origins.get(name))
+
+
+def _say_inputs(origins: Mapping[str, dict[str, Any]], notify: Callable[[str], None]) -> None:
+    """Where the inputs come from: one line per input (up to :data:`SAY_INPUTS`), the
+    workflow's constants in one line."""
+    data = [n for n, o in origins.items() if not o.get("auxiliary")]
+    for name in data[:SAY_INPUTS]:
+        notify(f"input {name}: {origin_text(origins[name])}")
+    if len(data) > SAY_INPUTS:
+        files = sum(1 for n in data[SAY_INPUTS:] if origins[n].get("kind") == "file")
+        notify(f"... and {len(data) - SAY_INPUTS} more inputs ({files} from files; "
+               "'subzero show RUN' lists them)")
+    aux = [n for n in origins if n not in data]
+    if aux:
+        notify(f"constant inputs of the workflow: {', '.join(aux)}")
+
+
+def _say_stores_nothing(wf: Workflow, strategy: str | None,
+                        resolved: Mapping[str, list[Strategy]],
+                        notify: Callable[[str], None]) -> None:
+    """A stored-lineage strategy that stores nothing for this workflow (its operators have
+    no mode the strategy stores: e.g. ``full-one`` where every operator maps) says so."""
+    if strategy is None or not strategy.startswith(("full-", "pay-", "comp-")):
+        return
+    if any(s.stored for ss in resolved.values() for s in ss):
+        return
+    used = sorted({s.name for ss in resolved.values() for s in ss})
+    notify(f"strategy {strategy} stores no lineage for workflow {wf.name!r}: none of its "
+           f"operators has the lineage mode it stores, so each uses {', '.join(used)} "
+           "(queries are answered the same as with blackbox-opt)")
 
 
 def _shard_row(name: str, s: dict[str, Any], home: Path) -> dict[str, Any]:
@@ -456,6 +525,7 @@ def run_workflow(
     label: str | None = None,
     fuse: bool = True,
     workers: int | None = None,
+    notify: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Execute ``wf`` on Spark and record everything in the home's catalog.
 
@@ -474,6 +544,9 @@ def run_workflow(
     ``fuse=False`` runs one Spark job per step (no fused stages); ``workers`` caps the
     stages that run at once (default: the session's parallelism, at least 2; 1 under a
     ``max_disk`` budget, so the budget drops the same operators' shards in every run).
+
+    ``notify(line)`` hears what the run does (see the module docstring); with ``progress``
+    it also hears the operators done when stderr is not a terminal.
     """
     wf.validate()
     resolved = wf.plan(plan if plan is not None else strategy)
@@ -483,8 +556,13 @@ def run_workflow(
     home = layout.resolve_home(home)
     check_fits(wf, home)
     sources, data = plan_inputs(wf, inputs)
+    origins = input_origins(wf, inputs)
     if spark is None:
-        spark = get_spark(master, layout.logs_dir(home))
+        spark = get_spark(master, layout.logs_dir(home), notify=notify)
+    if notify is not None:
+        _say_inputs(origins, notify)
+        if plan is None:
+            _say_stores_nothing(wf, strategy, resolved, notify)
     parallelism = int(spark.sparkContext.defaultParallelism)
     if chunking.is_default:
         chunking = chunking.with_tasks(parallelism)
@@ -498,9 +576,9 @@ def run_workflow(
         plan={n: [s.name for s in ss] for n, ss in resolved.items()},
         master=resolve_master(master), chunking=chunking.to_json(),
     )
-    r = _Run(wf, home, rid, cat, chunking, spark, max_disk, resolved)
+    r = _Run(wf, home, rid, cat, chunking, spark, max_disk, resolved, origins=origins)
     t_start = time.perf_counter()
-    bar = _progress(len(wf.order), progress)
+    bar = _progress(len(wf.order), progress, notify)
     try:
         layout.arrays_dir(home, rid).mkdir(parents=True, exist_ok=False)
         _save_workflow(r)
@@ -510,7 +588,7 @@ def run_workflow(
         _finish(r, runtime)
         r.operators.sort(key=lambda o: wf.order.index(o["name"]))
         return RunResult(rid, wf.name, label, runtime, r.input_bytes, r.lineage_bytes,
-                         r.operators, len(stages), most, _peak_rss())
+                         r.operators, len(stages), most, _peak_rss(), origins)
     except BaseException as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         cat.finish_run(rid, "failed", error=msg, runtime_s=time.perf_counter() - t_start)

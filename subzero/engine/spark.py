@@ -29,7 +29,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from subzero.errors import SparkError
 
@@ -265,11 +265,14 @@ def _conf(want: str) -> Any:
     return conf
 
 
-def get_spark(master: str | None = None, log_dir: str | os.PathLike | None = None) -> Any:
+def get_spark(master: str | None = None, log_dir: str | os.PathLike | None = None,
+              notify: Callable[[str], None] | None = None) -> Any:
     """The process's Spark :class:`Session`, started on first use.
 
     A second call with a different master returns the running session (one session per
-    process) and says so on stderr.
+    process) and says so on stderr. ``notify(line)``, when given, hears
+    ``"starting Spark (MASTER)..."`` once the master is known to be well formed and
+    reachable, just before the JVM starts (several seconds of waiting otherwise silent).
     """
     global _session, _master
     want = check_master(resolve_master(master))
@@ -282,6 +285,8 @@ def get_spark(master: str | None = None, log_dir: str | os.PathLike | None = Non
         java_version()
         if want.startswith("spark://"):
             check_reachable(want)
+        if notify is not None:
+            notify(f"starting Spark ({want})...")
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         if want.startswith("local") or (want.startswith("spark://") and all(
