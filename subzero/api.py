@@ -89,7 +89,7 @@ class Run:
         #: how the run was asked for (``latest``, ``latest:astronomy``, ``r3``)
         self.requested = requested or loaded.id
 
-    def _check_array(self, name: str | None) -> None:
+    def check_array(self, name: str | None) -> None:
         """An error naming which run ``latest`` is when it lacks array ``name``."""
         if name is None or name in self.loaded.arrays:
             return
@@ -110,11 +110,11 @@ class Run:
 
     def array(self, name: str) -> np.ndarray:
         """The whole array ``name`` of this run, as numpy."""
-        self._check_array(name)
+        self.check_array(name)
         return self.loaded.array(name)
 
     def shape(self, name: str) -> tuple[int, ...]:
-        self._check_array(name)
+        self.check_array(name)
         self.loaded.array_path(name)
         return tuple(self.loaded.arrays[name]["shape"])
 
@@ -138,8 +138,8 @@ class Run:
         >>> res = run.backward([(10, 20)], start="bright", to="image")   # doctest: +SKIP
         >>> res.count, res.coords[:2], [s.method for s in res.steps]     # doctest: +SKIP
         """
-        self._check_array(start)
-        self._check_array(to)
+        self.check_array(start)
+        self.check_array(to)
         return self.query_executor().backward(cells, start, path, to, method)
 
     def forward(self, cells: Any, start: str | None = None,
@@ -147,8 +147,8 @@ class Run:
                 method: str = "auto") -> Any:
         """Forward lineage of ``cells`` of array ``start`` along ``path`` or ``to`` a
         descendant array."""
-        self._check_array(start)
-        self._check_array(to)
+        self.check_array(start)
+        self.check_array(to)
         return self.query_executor().forward(cells, start, path, to, method)
 
     def named_query_cells(self, name: str) -> Any:

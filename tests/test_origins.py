@@ -293,7 +293,7 @@ def test_astronomy_with_subzero_data_reads_the_real_exposures(spark, home, share
     run = Home(home).run("astronomy", strategy="blackbox-opt", quiet=True)
     origins = run.result.inputs
     assert origins["exp1"]["path"].endswith(EXPOSURE_FILES[0])
-    assert origins["exp1"]["bytes"] > 4_000_000 and len(origins["exp1"]["sha256"]) == 64
+    assert origins["exp1"]["bytes"] > 2_000_000 and len(origins["exp1"]["sha256"]) == 64
     cat = Catalog(layout.catalog_path(home))
     assert cat.input_origins(run.id)[run.id]["exp2"]["path"].endswith(EXPOSURE_FILES[1])
     cat.close()

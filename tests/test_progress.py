@@ -60,8 +60,9 @@ def test_a_strategy_that_stores_nothing_says_so(workflow, params, strategy, says
 
 
 def test_spark_start_is_announced_only_once_the_master_is_checked(monkeypatch, tmp_path):
-    if engine_spark.active_session() is not None:
-        pytest.skip("this process already runs Spark")
+    # as if this process ran no Spark yet (the shared session comes back afterwards)
+    monkeypatch.setattr(engine_spark, "_session", None)
+    monkeypatch.setattr(engine_spark, "_master", None)
     said = []
     with pytest.raises(SparkError, match="bad Spark master"):
         engine_spark.get_spark("locl", tmp_path, notify=said.append)
