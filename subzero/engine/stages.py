@@ -13,8 +13,9 @@ An operator ``B`` joins the stage ``G`` of one of its inputs when
 - ``B`` is not global, and ``G`` is not a global operator's stage (global operators, means
   and labels, run alone in one task and end a fused chain);
 - for every chunk, each input ``B`` takes from ``G`` lies inside that chunk (elementwise
-  operators, and blockwise or stencil operators whose halo the chunk already holds, e.g.
-  when one chunk spans the axis);
+  operators, blockwise ones), or is the chunk with a small halo (a stencil: the task
+  computes the halo's cells again from the steps before, black box, without writing them
+  or their lineage; at most :data:`HALO_FRACTION` more cells);
 - no other input of ``B`` comes from a stage that depends on ``G`` (the stages stay a DAG);
 - ``B``'s output is numeric (text blocks go through zarr, which fixes their representation).
 
@@ -62,15 +63,23 @@ class Stage:
         return not self.global_
 
 
-def _inside(wf: Workflow, name: str, i: int, boxes: list) -> bool:
-    """Whether operator ``name`` reads input ``i`` only inside each output chunk."""
+#: a step reads a fused input beyond its chunk (a stencil's halo, computed again from the
+#: steps before it) only while that adds at most this fraction of the chunk's cells
+HALO_FRACTION = 0.25
+
+
+def _local(wf: Workflow, name: str, i: int, boxes: list) -> bool:
+    """Whether operator ``name`` reads input ``i``, for each output chunk, inside that
+    chunk, or the chunk with a halo of at most :data:`HALO_FRACTION` more cells."""
     op = wf.ops[name]
     for _, box in boxes:
         want = op.input_box(box, i)
         if len(want.lo) != len(box.lo):
             return False
-        if any(lo < blo or hi > bhi
-               for lo, hi, blo, bhi in zip(want.lo, want.hi, box.lo, box.hi)):
+        pairs = list(zip(want.lo, want.hi, box.lo, box.hi))
+        inside = all(lo >= blo and hi <= bhi for lo, hi, blo, bhi in pairs)
+        around = all(lo <= blo and hi >= bhi for lo, hi, blo, bhi in pairs)
+        if not (inside or (around and want.size <= (1 + HALO_FRACTION) * box.size)):
             return False
     return True
 
@@ -116,7 +125,7 @@ def plan_stages(wf: Workflow, chunked_inputs: Collection[str], chunk_shape: Chun
                 if not g.fusable or g.shape != tuple(op.out_shape):
                     continue
                 mine = [j for j, s in enumerate(node.inputs) if where.get(s) == sid]
-                if not all(_inside(wf, name, j, boxes) for j in mine):
+                if not all(_local(wf, name, j, boxes) for j in mine):
                     continue
                 if any(sid in _ancestors(stages, p) for p in producers - {sid}):
                     continue

@@ -103,34 +103,105 @@ def _store(job: TaskJob, full: PairBatch | None, pay: PairBatch | None) -> list[
     return shards
 
 
-def _read_inputs(job: TaskJob, memory: dict[str, tuple[Box, np.ndarray]]) -> list[np.ndarray]:
-    """The task's input blocks: from the fused task's memory where an earlier step made
-    them (sliced to the box this operator reads), else from zarr."""
+Memory = dict[str, tuple[Box, np.ndarray]]
+Producers = dict[str, "TaskJob | InputJob"]
+
+
+def _slabs(outer: Box, inner: Box) -> list[Box]:
+    """``outer`` minus ``inner`` as disjoint boxes (one slab below and one above ``inner``
+    per axis; ``inner`` clipped to ``outer`` first).
+
+    >>> [str(b) for b in _slabs(Box((0, 0), (6, 4)), Box((2, 0), (4, 4)))]
+    ['0:2,0:4', '4:6,0:4']
+    """
+    lo, hi = list(outer.lo), list(outer.hi)
+    ilo = [max(a, b) for a, b in zip(inner.lo, outer.lo)]
+    ihi = [min(a, b) for a, b in zip(inner.hi, outer.hi)]
+    if any(a >= b for a, b in zip(ilo, ihi)):
+        return [outer]
+    out = []
+    for d in range(len(lo)):
+        if lo[d] < ilo[d]:
+            out.append(Box(tuple(lo[:d] + [lo[d]] + lo[d + 1:]),
+                           tuple(hi[:d] + [ilo[d]] + hi[d + 1:])))
+        if ihi[d] < hi[d]:
+            out.append(Box(tuple(lo[:d] + [ihi[d]] + lo[d + 1:]),
+                           tuple(hi[:d] + [hi[d]] + hi[d + 1:])))
+        lo[d], hi[d] = ilo[d], ihi[d]
+    return out
+
+
+def _rel(box: Box, within: Box) -> tuple[slice, ...]:
+    return tuple(slice(a - o, b - o) for a, b, o in zip(box.lo, box.hi, within.lo))
+
+
+def _block(name: str, box: Box, memory: Memory, producers: Producers) -> np.ndarray | None:
+    """Cells ``box`` of array ``name`` made in this fused task: what an earlier step holds
+    in memory, and the rest (a stencil's halo beyond the chunk) computed again from the
+    steps before, without capturing lineage or writing; None if no step makes ``name``."""
+    have = memory.get(name)
+    if have is not None and all(a >= lo and b <= hi for a, b, lo, hi in
+                                zip(box.lo, box.hi, have[0].lo, have[0].hi)):
+        return have[1][_rel(box, have[0])]
+    step = producers.get(name)
+    if step is None:
+        return None
+    rest = _slabs(box, have[0]) if have is not None else [box]
+    parts = [(b, _compute(step, b, memory, producers)) for b in rest]
+    out = np.empty(box.shape, dtype=parts[0][1].dtype if parts else have[1].dtype)
+    if have is not None:
+        both = Box(tuple(max(a, b) for a, b in zip(box.lo, have[0].lo)),
+                   tuple(min(a, b) for a, b in zip(box.hi, have[0].hi)))
+        if all(a < b for a, b in zip(both.lo, both.hi)):
+            out[_rel(both, box)] = have[1][_rel(both, have[0])]
+    for b, part in parts:
+        out[_rel(b, box)] = part
+    return out
+
+
+def _compute(step: "TaskJob | InputJob", box: Box, memory: Memory, producers: Producers
+             ) -> np.ndarray:
+    """Step ``step``'s cells ``box``, black box (no lineage, nothing written)."""
+    if isinstance(step, InputJob):
+        block = np.asarray(step.source(box))
+        return block.astype(step.dtype, copy=False) if step.dtype.kind not in "UOT" else block
+    op = step.op
+    in_boxes = tuple(op.input_box(box, i) for i in range(len(op.in_shapes)))
+    blocks = _inputs(step, in_boxes, memory, producers)
+    ch = ChunkContext(step.chunk.index, box, in_boxes, op.out_shape, op.in_shapes)
+    out = np.asarray(op.run(TaskContext(ch, frozenset({Mode.BLACKBOX}), op.name), *blocks))
+    if out.dtype != op.out_dtype and op.out_dtype.kind not in "UOT":
+        out = out.astype(op.out_dtype)
+    return out
+
+
+def _inputs(job: TaskJob, boxes: Sequence[Box], memory: Memory, producers: Producers
+            ) -> list[np.ndarray]:
+    """Input blocks ``boxes``: from the fused task where an earlier step makes them, else
+    from zarr."""
     blocks = []
-    for i, (p, b) in enumerate(zip(job.in_paths, job.chunk.in_boxes)):
+    for i, (p, b) in enumerate(zip(job.in_paths, boxes)):
         src = job.memory[i] if i < len(job.memory) else None
-        if src is not None and src in memory:
-            have, block = memory[src]
-            rel = tuple(slice(lo - h, hi - h) for lo, hi, h in zip(b.lo, b.hi, have.lo))
-            blocks.append(block[rel])
-        else:
-            blocks.append(arrays.read_box(Path(p), b))
+        got = _block(src, b, memory, producers) if src is not None else None
+        blocks.append(got if got is not None else arrays.read_box(Path(p), b))
     return blocks
 
 
-def run_task(job: TaskJob, memory: dict[str, tuple[Box, np.ndarray]] | None = None
+def run_task(job: TaskJob, memory: Memory | None = None, producers: Producers | None = None
              ) -> dict[str, Any]:
     """Run one task (inside a Spark worker, or on the driver). Never raises: errors come
     back as data so the driver can report them in one line.
 
     ``memory`` holds the output blocks of the earlier steps of a fused task
-    (:func:`run_group`); this step's output block is added to it.
+    (:func:`run_group`), ``producers`` those steps (to compute a halo beyond the chunk);
+    this step's output block is added to ``memory``.
     """
     t0 = time.perf_counter()
     res: dict[str, Any] = {"chunk": job.chunk.index, "shards": []}
     try:
         op, ch = job.op, job.chunk
-        blocks = _read_inputs(job, memory if memory is not None else {})
+        blocks = _inputs(job, ch.in_boxes, memory if memory is not None else {},
+                         producers or {})
         t_read = time.perf_counter()
         supports_full = Mode.FULL in op.supported_modes()
         run_modes = job.modes
@@ -179,7 +250,7 @@ def run_task(job: TaskJob, memory: dict[str, tuple[Box, np.ndarray]] | None = No
     return res
 
 
-def run_input(job: InputJob, memory: dict[str, tuple[Box, np.ndarray]]) -> dict[str, Any]:
+def run_input(job: InputJob, memory: Memory) -> dict[str, Any]:
     """Produce one chunk of a workflow input (generated, or read from its file) and write
     it to the input's zarr array. Never raises, like :func:`run_task`."""
     t0 = time.perf_counter()
@@ -209,13 +280,19 @@ def run_input(job: InputJob, memory: dict[str, tuple[Box, np.ndarray]]) -> dict[
 
 def run_group(job: GroupJob) -> list[dict[str, Any]]:
     """Run one chunk of a fused stage: every step in order, each step's output block kept
-    in memory for the steps after it. One result per step; a failed step ends the task
-    (its result carries the error)."""
-    memory: dict[str, tuple[Box, np.ndarray]] = {}
+    in memory for the steps after it (and a stencil's halo beyond the chunk computed again
+    from them). One result per step; a failed step ends the task (its result carries the
+    error)."""
+    memory: Memory = {}
+    producers: Producers = {}
     out = []
     for step in job.steps:
-        res = (run_input(step, memory) if isinstance(step, InputJob)
-               else run_task(step, memory))
+        if isinstance(step, InputJob):
+            res = run_input(step, memory)
+            producers[step.name] = step
+        else:
+            res = run_task(step, memory, producers)
+            producers[step.op.name] = step
         out.append(res)
         if "error" in res:
             break
