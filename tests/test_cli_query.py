@@ -110,11 +110,11 @@ def test_editable_install_prints_no_setuptools_warning_block(tmp_path):
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     py = str(venv / "bin" / "python")
     up = subprocess.run([py, "-m", "pip", "install", "--quiet", "--upgrade", "pip"],
-                        capture_output=True, text=True, timeout=300)
+                        capture_output=True, text=True, timeout=300, check=False)
     if up.returncode:
         pytest.skip(f"no package index reachable: {up.stderr.strip()[-200:]}")
     p = subprocess.run([py, "-m", "pip", "install", *[a.strip("'") for a in args], "--no-deps"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
                        env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
     assert p.returncode == 0, p.stderr
     out = p.stdout + p.stderr

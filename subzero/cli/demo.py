@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     for step in (["workflows"], run_cmd):
         if _say(step):
             return 1
-    run = Home(home_dir).get("latest")
+    run = Home(home_dir).get("latest:astronomy")
     star = brightest_star(run)
     cells = out / "brightest-star.npy"
     np.save(cells, star)
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     path = [("clust", 0), ("rmcr", 0), ("sumexp", 0)] + [
         (f"{n}1", 0) for n in ("rmbg", "flatcorrect", "darkcorrect", "biascorrect",
                                "rmoverscan", "badpixrm", "addmaskattr", "linearity")]
-    if _say(["query", "latest", "backward", "--from", "clust", "--cells-file", str(cells),
+    if _say(["query", "latest:astronomy", "backward", "--from", "clust", "--cells-file", str(cells),
              "--path", ",".join(f"{op}:{i}" for op, i in path), "--png", str(png), *home]):
         return 1
     print(f"\nLook at {png}: exposure 1 with the star's lineage in red (zoomed on the right).")

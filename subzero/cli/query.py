@@ -78,7 +78,7 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser("query", parents=[common], help="trace lineage backward or forward")
-    s.add_argument("run", help="run id, or 'latest'")
+    s.add_argument("run", help="run id, 'latest' or 'latest:WORKFLOW'")
     s.add_argument("direction", nargs="?", choices=("backward", "forward"))
     s.add_argument("--from", dest="from_", metavar="NAME", help="array holding the query cells")
     s.add_argument("--cells", help="cells as 'r,c;r,c'")
