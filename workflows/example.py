@@ -56,9 +56,11 @@ def build(inputs: Mapping[str, str] | None = None, shape: Any = (2001, 513), see
     wf = Workflow(NAME, DESCRIPTION,
                   params={"shape": list(shape), "seed": seed, "threshold": threshold})
     wf.input("image", shape, "uint16", source=lambda: generate_image(shape, seed),
-             description="raw exposure (generated star field unless --input image=PATH)")
+             description="raw exposure (generated star field unless --input image=PATH)",
+             origin=f"generated star field, seed {seed}, shape {shape[0]}x{shape[1]}")
     wf.input("threshold", (1, 1), "float64", source=lambda: np.full((1, 1), threshold),
-             description="detection threshold above background (1x1)")
+             description="detection threshold above background (1x1)",
+             origin=f"constant {threshold:g}")
     wf.add("calibrate", Affine(scale=1.0 / GAIN, offset=-BIAS / GAIN), "image")
     wf.add("smooth", Convolve(KERNEL, boundary="reflect"), "calibrate")
     wf.add("background", MeanBroadcast(), "smooth")

@@ -94,7 +94,9 @@ def build(inputs: Mapping[str, str] | None = None, scale: Any = 100, seed: Any =
     wf.input("table", table.shape, table.dtype,
              source=(lambda: table) if "table" not in inputs else None,
              loader=lambda p: scale_table(load_table(p), scale),
-             description="feature rows x (4 description columns + patients), strings")
+             description="feature rows x (4 description columns + patients), strings",
+             origin=(f"{path}, x{scale}" if path
+                     else f"generated, seed {seed}, {width - N_DESCRIPTION} patients"))
     wf.add("names", Subarray(":, 0", axes=(1, 0)), "table")
     wf.add("subsample", Subarray(f"0:{n_feat}, {N_DESCRIPTION}:"), "table")
     wf.add("transpose", Transpose(), "subsample")

@@ -29,12 +29,18 @@ class LoadedRun:
     workflow: Workflow
     arrays: dict[str, dict[str, Any]]
     operators: dict[str, dict[str, Any]]
+    #: how the run was asked for (``latest``, ``latest:astronomy``, ``r3``)
+    requested: str | None = None
 
     def array_path(self, name: str) -> Path:
         if name not in self.arrays:
-            raise StoreError(
-                f"run {self.id} has no array {name!r} (arrays: {', '.join(self.arrays)})"
-            )
+            # asked for as latest: say which workflow that is and which latest:WORKFLOW has it
+            cat = Catalog(layout.catalog_path(self.home))
+            try:
+                msg = cat.missing_array(self.requested or self.id, self.info, name, self.arrays)
+            finally:
+                cat.close()
+            raise StoreError(msg)
         return layout.array_path(self.home, self.id, name)
 
     def array(self, name: str) -> np.ndarray:
@@ -60,6 +66,7 @@ def load_run(home: str | os.PathLike | None, rid: str, catalog: Catalog | None =
              require_complete: bool = True) -> LoadedRun:
     home = layout.resolve_home(home)
     cat = catalog or Catalog(layout.catalog_path(home))
+    requested = rid
     try:
         info = cat.run(rid)
         rid = info["id"]
@@ -76,7 +83,7 @@ def load_run(home: str | os.PathLike | None, rid: str, catalog: Catalog | None =
         except FileNotFoundError:
             raise StoreError(f"run {rid} has lost its workflow file {path}") from None
         wf.validate()
-        return LoadedRun(home, rid, info, wf, cat.arrays(rid), cat.operators(rid))
+        return LoadedRun(home, rid, info, wf, cat.arrays(rid), cat.operators(rid), requested)
     finally:
         if catalog is None:
             cat.close()
