@@ -10,6 +10,7 @@ from operators.stencils import Convolve
 from subzero.api import Run
 from subzero.cells import Box
 from subzero.chunking import Chunking
+from subzero.engine import capacity, runner
 from subzero.engine.capacity import check_fits
 from subzero.engine.catalog import Catalog
 from subzero.engine.inputs import FileBlocks, open_file, plan_inputs
@@ -123,11 +124,21 @@ def test_fused_concurrent_run_writes_what_an_unfused_serial_run_writes(spark, ho
     assert all(o["runtime_s"] >= 0 for o in fused.operators)
 
 
-def test_astronomy_fused_and_concurrent_answers_every_named_query_as_unfused(spark, home):
-    wf = astronomy.build(shape=(64, 48), seed=2)
+@pytest.mark.parametrize("shape", [(64, 48), (240, 48)])
+def test_astronomy_fused_and_concurrent_answers_every_named_query_as_unfused(spark, home,
+                                                                             shape):
+    wf = astronomy.build(shape=shape, seed=2)
     ch = Chunking(split=(3, 1))
+    # the cosmic-ray stencils fuse with the halo computed again in the task: at 64 rows cr1
+    # reads rmbg1 from zarr, at 240 rows (80-row chunks) rmbg1's halo is recomputed too
+    _ = wf.validate()
+    chunked = {n for n, spec in wf.inputs.items() if spec.blocks is not None}
+    stage = next(st.names for st in plan_stages(wf, chunked, ch.chunk_shape)
+                 if "cr1" in st.names)
+    assert {"cr1", "maskexp", "rmcr"} <= set(stage)
+    assert ("rmbg1" in stage) == (shape[0] == 240)
     fused = run_workflow(wf, home, strategy="subzero", chunking=ch, spark=spark)
-    plain = run_workflow(astronomy.build(shape=(64, 48), seed=2), home, strategy="subzero",
+    plain = run_workflow(astronomy.build(shape=shape, seed=2), home, strategy="subzero",
                          chunking=ch, spark=spark, fuse=False, workers=1)
     assert fused.concurrency >= 2  # the two exposures' chains ran side by side
     _same_runs(home, fused.run, plain.run, wf)
@@ -187,9 +198,32 @@ def test_a_run_too_large_for_the_disk_or_memory_fails_before_writing(tmp_path):
     assert not (tmp_path / "home").exists()
 
 
-def test_tiny_stages_run_on_the_driver_and_compute_the_same(spark, home):
+def test_a_global_operator_too_large_for_memory_is_named(tmp_path, monkeypatch):
+    wf = astronomy.build(shape=(2001, 513))
+    wf.validate()
+    check_fits(wf, tmp_path / "home")  # fits this machine
+    monkeypatch.setattr(capacity, "physical_memory", lambda: 40 * 2**20)  # a 40 MiB box
+    with pytest.raises(WorkflowError) as err:
+        check_fits(wf, tmp_path / "home")
+    msg = str(err.value)
+    # bgmean1 sees flatcorrect1 whole: 8.2 MB in, 8.2 MB out, x3 for its temporaries
+    assert "operator 'bgmean1'" in msg and "49.3 MB" in msg
+    assert "shape=2001x513" in msg and "memory" in msg and "\n" not in msg
+
+
+def test_tiny_stages_run_on_the_driver_and_compute_the_same(spark, home, monkeypatch):
     # the 1 x 1 corner and its mean are too small to be worth a Spark job
+    where = {}
+    real = runner._run_stage_jobs
+
+    def spy(spark_, jobs, label):
+        where[label.split(": ", 1)[1]] = "driver" if spark_ is None else "spark"
+        return real(spark_, jobs, label)
+
+    monkeypatch.setattr(runner, "_run_stage_jobs", spy)
     res = run_workflow(chain(), home, chunking=Chunking(split=2), spark=spark)
+    assert where["corner"] == where["m"] == "driver"
+    assert where["d"] == where["bg"] == "spark", where  # whole-size stages: Spark jobs
     run = load_run(home, res.run)
     k = run.array("k")
     assert run.array("corner").tolist() == [[k[0, 0]]]

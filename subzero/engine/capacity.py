@@ -6,8 +6,12 @@ single task runs, so a workflow scaled past the disk or the memory (``--param sh
 ``ccds=...``) fails at once with one line naming its size and the limit, instead of after
 hours with a full disk and a broken run.
 
->>> human(3 * 2**30)
-'3.0 GiB'
+>>> from operators import Cast
+>>> wf = Workflow("w")
+>>> _ = wf.input("x", (1000, 1000), "uint16")
+>>> _ = wf.add("f", Cast("float64"), "x")
+>>> array_bytes(wf.validate())  # 2 MB of input, 8 MB of output
+10000000
 """
 
 from __future__ import annotations
@@ -18,18 +22,11 @@ from pathlib import Path
 
 from subzero.engine import arrays
 from subzero.errors import StoreError, WorkflowError
+from subzero.sizes import human_bytes
 from subzero.workflow import Workflow
 
 #: a global task's working set, in multiples of its inputs and output (kernels' temporaries)
 WORKING_SET = 3
-
-
-def human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if abs(n) < 1024 or unit == "PiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
 
 
 def _what(wf: Workflow) -> str:
@@ -82,12 +79,12 @@ def check_fits(wf: Workflow, home: Path) -> None:
     free = free_disk(home)
     if need > free:
         raise StoreError(
-            f"{_what(wf)} would store up to {human(need)} of arrays; the home {home} has "
-            f"{human(free)} free")
+            f"{_what(wf)} would store up to {human_bytes(need)} of arrays; the home {home} has "
+            f"{human_bytes(free)} free")
     task, who = global_task_bytes(wf)
     mem = physical_memory()
     if mem and task > mem:
         raise WorkflowError(
             f"{_what(wf)} is too large for this machine: operator {who!r} sees whole "
-            f"arrays in one task and needs about {human(task)} of memory; this machine "
-            f"has {human(mem)}")
+            f"arrays in one task and needs about {human_bytes(task)} of memory; this machine "
+            f"has {human_bytes(mem)}")

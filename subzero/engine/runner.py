@@ -240,7 +240,7 @@ def _shard_row(name: str, s: dict[str, Any], home: Path) -> dict[str, Any]:
             "attempt": s.get("attempt", 0)}
 
 
-def _op_jobs(r: _Run, name: str, fused: Mapping[str, int]) -> list[TaskJob]:
+def _op_jobs(r: _Run, name: str, fused: set[str]) -> list[TaskJob]:
     """Record operator ``name``, create its array and make its tasks (one per chunk).
     ``fused`` holds the steps computed earlier in the same task, read from memory."""
     op, node = r.wf.ops[name], r.wf.nodes[name]
@@ -272,12 +272,12 @@ def _submit(r: _Run, st: Stage, sources: Mapping[str, Callable[[Box], np.ndarray
             ) -> list[GroupJob]:
     """The stage's tasks: per chunk, its steps in order (inputs first)."""
     steps: list[list[Any]] = []
-    fused: dict[str, int] = {}
+    fused: set[str] = set()
     for name in st.names:
         jobs = (_input_jobs(r, name, sources[name]) if name in sources
                 else _op_jobs(r, name, fused))
         steps.append(jobs)
-        fused[name] = 1
+        fused.add(name)
     return [GroupJob(_index(chunk[0]), tuple(chunk)) for chunk in zip(*steps)]
 
 

@@ -86,6 +86,22 @@ def _attempt() -> int:
         return 0
 
 
+def _stored_dtype(block: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``block`` in the array's numeric dtype (text keeps its own representation)."""
+    if block.dtype != dtype and dtype.kind not in "UOT":
+        return block.astype(dtype)
+    return block
+
+
+def _failed(res: dict[str, Any], e: Exception) -> None:
+    """Record a task's error in its result (a user error as itself, with no traceback)."""
+    if isinstance(e, SubZeroError):
+        res["error"], res["error_kind"] = str(e), "user"
+    else:
+        res["error"], res["error_kind"] = f"{type(e).__name__}: {e}", "internal"
+        res["traceback"] = traceback.format_exc()
+
+
 def _store(job: TaskJob, full: PairBatch | None, pay: PairBatch | None) -> list[dict]:
     """Write the task's pairs as one shard per stored strategy; their statistics."""
     op, ch = job.op, job.chunk
@@ -163,16 +179,13 @@ def _compute(step: "TaskJob | InputJob", box: Box, memory: Memory, producers: Pr
              ) -> np.ndarray:
     """Step ``step``'s cells ``box``, black box (no lineage, nothing written)."""
     if isinstance(step, InputJob):
-        block = np.asarray(step.source(box))
-        return block.astype(step.dtype, copy=False) if step.dtype.kind not in "UOT" else block
+        return _stored_dtype(np.asarray(step.source(box)), step.dtype)
     op = step.op
     in_boxes = tuple(op.input_box(box, i) for i in range(len(op.in_shapes)))
     blocks = _inputs(step, in_boxes, memory, producers)
     ch = ChunkContext(step.chunk.index, box, in_boxes, op.out_shape, op.in_shapes)
     out = np.asarray(op.run(TaskContext(ch, frozenset({Mode.BLACKBOX}), op.name), *blocks))
-    if out.dtype != op.out_dtype and op.out_dtype.kind not in "UOT":
-        out = out.astype(op.out_dtype)
-    return out
+    return _stored_dtype(out, op.out_dtype)
 
 
 def _inputs(job: TaskJob, boxes: Sequence[Box], memory: Memory, producers: Producers
@@ -219,8 +232,7 @@ def run_task(job: TaskJob, memory: Memory | None = None, producers: Producers | 
                 f"{chunk_key(ch.index)}; expected {ch.out_box.shape}"
             )
         if job.out_path is not None:
-            if out.dtype != op.out_dtype and op.out_dtype.kind not in "UOT":
-                out = out.astype(op.out_dtype)
+            out = _stored_dtype(out, op.out_dtype)
             arrays.write_block(Path(job.out_path), ch.out_box, out)
         if memory is not None:
             memory[op.name] = (ch.out_box, out)
@@ -239,13 +251,8 @@ def run_task(job: TaskJob, memory: Memory | None = None, producers: Producers | 
             out_cells=(full.out_cells if full else 0) + (pay.out_cells if pay else 0),
             in_cells=full.in_cells if full else 0,
         )
-    except SubZeroError as e:
-        res["error"] = str(e)
-        res["error_kind"] = "user"
-    except Exception as e:  # noqa: BLE001 - reported by the driver
-        res["error"] = f"{type(e).__name__}: {e}"
-        res["error_kind"] = "internal"
-        res["traceback"] = traceback.format_exc()
+    except Exception as e:  # noqa: BLE001 - reported by the driver in one line
+        _failed(res, e)
     res["task_s"] = time.perf_counter() - t0
     return res
 
@@ -261,19 +268,13 @@ def run_input(job: InputJob, memory: Memory) -> dict[str, Any]:
             raise WorkflowError(
                 f"input {job.name!r}: its generator returned a block of shape {block.shape} "
                 f"for {job.box}; expected {job.box.shape}")
-        if block.dtype != job.dtype and job.dtype.kind not in "UOT":
-            block = block.astype(job.dtype)
+        block = _stored_dtype(block, job.dtype)
         t_read = time.perf_counter()
         arrays.write_block(Path(job.out_path), job.box, block)
         memory[job.name] = (job.box, block)
         res.update(read_s=t_read - t0, write_s=time.perf_counter() - t_read)
-    except SubZeroError as e:
-        res["error"] = str(e)
-        res["error_kind"] = "user"
-    except Exception as e:  # noqa: BLE001 - reported by the driver
-        res["error"] = f"{type(e).__name__}: {e}"
-        res["error_kind"] = "internal"
-        res["traceback"] = traceback.format_exc()
+    except Exception as e:  # noqa: BLE001 - reported by the driver in one line
+        _failed(res, e)
     res["task_s"] = time.perf_counter() - t0
     return res
 

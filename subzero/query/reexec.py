@@ -60,9 +60,7 @@ def touched_boxes(mask: np.ndarray, tile: Sequence[int]) -> list[Box]:
     grid = mask
     for ax, t in enumerate(tile):
         grid = _any_per_block(grid, ax, t)
-    return [Box(tuple(int(k) * t for k, t in zip(idx, tile)),
-                tuple(min(n, (int(k) + 1) * t) for k, t, n in zip(idx, tile, shape)))
-            for idx in np.argwhere(grid)]
+    return _tile_boxes(np.argwhere(grid), shape, tile)
 
 
 def touched_boxes_lin(lin: np.ndarray, shape: Sequence[int], tile: Sequence[int]
@@ -76,6 +74,11 @@ def touched_boxes_lin(lin: np.ndarray, shape: Sequence[int], tile: Sequence[int]
     if not shape:
         return [Box((), ())] if len(lin) else []
     idx = np.unique(to_coords(lin, shape) // np.asarray(tile, dtype=np.int64), axis=0)
+    return _tile_boxes(idx, shape, tile)
+
+
+def _tile_boxes(idx: np.ndarray, shape: Sequence[int], tile: Sequence[int]) -> list[Box]:
+    """The boxes of the ``tile`` grid over ``shape`` at grid indices ``idx`` (rows)."""
     return [Box(tuple(int(k) * t for k, t in zip(i, tile)),
                 tuple(min(n, (int(k) + 1) * t) for k, t, n in zip(i, tile, shape)))
             for i in idx]
