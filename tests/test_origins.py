@@ -48,7 +48,7 @@ def test_an_old_catalog_is_migrated_and_keeps_its_runs(tmp_path):
     db.commit()
     db.close()
     cat = Catalog(path)
-    assert cat.schema_version == SCHEMA_VERSION == 2
+    assert cat.schema_version == SCHEMA_VERSION == 3
     assert cat.arrays("r1")["image"]["origin"] is None  # recorded before origins were
     assert cat.input_origins("r1") == {"r1": {"image": None}}
     cat.add_array("r2", "image", (4, 4), "uint16", (4, 4), None, 32, 100,
@@ -296,4 +296,25 @@ def test_astronomy_with_subzero_data_reads_the_real_exposures(spark, home, share
     assert origins["exp1"]["bytes"] > 2_000_000 and len(origins["exp1"]["sha256"]) == 64
     cat = Catalog(layout.catalog_path(home))
     assert cat.input_origins(run.id)[run.id]["exp2"]["path"].endswith(EXPOSURE_FILES[1])
+    cat.close()
+
+
+def test_a_version_2_catalog_gains_parents_and_checksums(tmp_path):
+    path = tmp_path / "catalog.sqlite"
+    cat = Catalog(path)
+    rid = cat.create_run("example", {}, "subzero", {})
+    cat.close()
+    db = sqlite3.connect(path)  # make it a version-2 catalog: without the three columns
+    for table, col in (("runs", "parent"), ("runs", "derivation"), ("shards", "checksum")):
+        db.execute(f"ALTER TABLE {table} DROP COLUMN {col}")
+    db.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    db.commit()
+    db.close()
+    cat = Catalog(path)
+    assert cat.schema_version == 3
+    assert cat.run(rid)["parent"] is None and cat.run(rid)["workflow"] == "example"
+    cat.add_shards(rid, [dict(op="a", strategy="PayOne", chunk="0", path="p", data_bytes=1,
+                              index_bytes=0, pairs=1, out_cells=1, in_cells=1, fanin=1.0,
+                              fanout=1.0, encode_s=0.0, attempt=0)])
+    assert cat.shards(rid)[0]["checksum"] is None
     cat.close()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
 import socket
 import sqlite3
 import sys
@@ -27,7 +28,7 @@ from typing import Any, Iterator
 
 from subzero.errors import CatalogError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -37,7 +38,8 @@ CREATE TABLE IF NOT EXISTS runs (
     status TEXT NOT NULL CHECK (status IN ('running', 'complete', 'failed')),
     pid INTEGER, pid_start TEXT, host TEXT, master TEXT, chunking TEXT,
     started REAL NOT NULL, finished REAL, runtime_s REAL,
-    input_bytes INTEGER, array_bytes INTEGER, lineage_bytes INTEGER, error TEXT
+    input_bytes INTEGER, array_bytes INTEGER, lineage_bytes INTEGER, error TEXT,
+    parent TEXT, derivation TEXT
 );
 CREATE TABLE IF NOT EXISTS arrays (
     run TEXT NOT NULL, name TEXT NOT NULL, shape TEXT NOT NULL, dtype TEXT NOT NULL,
@@ -61,7 +63,7 @@ CREATE TABLE IF NOT EXISTS shards (
     run TEXT NOT NULL, op TEXT NOT NULL, strategy TEXT NOT NULL, chunk TEXT NOT NULL,
     path TEXT NOT NULL, data_bytes INTEGER, index_bytes INTEGER, pairs INTEGER,
     out_cells INTEGER, in_cells INTEGER, fanin REAL, fanout REAL, encode_s REAL,
-    attempt INTEGER, PRIMARY KEY (run, op, strategy, chunk)
+    attempt INTEGER, checksum TEXT, PRIMARY KEY (run, op, strategy, chunk)
 );
 CREATE TABLE IF NOT EXISTS statistics (
     run TEXT NOT NULL, op TEXT NOT NULL, strategy TEXT NOT NULL, key TEXT NOT NULL,
@@ -80,6 +82,11 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     # 2: where each input came from (JSON: a file's path, size and checksum, or how the
     # workflow made it); NULL for the inputs of runs recorded before
     2: ("ALTER TABLE arrays ADD COLUMN origin TEXT",),
+    # 3: a derived run's parent and how it was derived (a what-if replay, JSON); each
+    # shard's checksum, recorded when it is published (NULL for shards recorded before)
+    3: ("ALTER TABLE runs ADD COLUMN parent TEXT",
+        "ALTER TABLE runs ADD COLUMN derivation TEXT",
+        "ALTER TABLE shards ADD COLUMN checksum TEXT"),
 }
 
 
@@ -199,9 +206,15 @@ class Catalog:
         opening transaction: all steps or none)."""
         for v in range(version + 1, SCHEMA_VERSION + 1):
             for stmt in MIGRATIONS.get(v, ()):
+                added = re.fullmatch(r"ALTER TABLE (\w+) ADD COLUMN (\w+) .*", stmt)
+                if added and added[2] in self._columns(added[1]):
+                    continue  # the table is newer than the catalog (created just now)
                 self.db.execute(stmt)
         self.db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
                         (str(SCHEMA_VERSION),))
+
+    def _columns(self, table: str) -> set[str]:
+        return {r["name"] for r in self.db.execute(f"PRAGMA table_info({table})")}
 
     @property
     def schema_version(self) -> int:
@@ -422,8 +435,8 @@ class Catalog:
             db.executemany(
                 "INSERT OR REPLACE INTO shards VALUES "
                 "(:run, :op, :strategy, :chunk, :path, :data_bytes, :index_bytes, :pairs, "
-                ":out_cells, :in_cells, :fanin, :fanout, :encode_s, :attempt)",
-                [{"run": rid, **r} for r in rows],
+                ":out_cells, :in_cells, :fanin, :fanout, :encode_s, :attempt, :checksum)",
+                [{"run": rid, "checksum": None, **r} for r in rows],
             )
 
     def shards(self, rid: str, op: str | None = None, strategy: str | None = None
