@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -63,6 +64,7 @@ class Home:
                            progress=not quiet, notify=None if quiet else say)
         out = self.get(res.run)
         out.result = res
+        out.choose_named_cells()
         return out
 
     def get(self, run_id: str = "latest") -> "Run":
@@ -159,7 +161,37 @@ class Run:
             known = ", ".join(self.workflow.queries) or "none"
             raise SubZeroError(f"workflow {self.workflow.name!r} has no named query {name!r} "
                                f"(named queries: {known})")
-        return q.cells(self)
+        cat = Catalog(layout.catalog_path(self.home))
+        try:
+            cached = cat.named_cells(self.id, name)
+            if cached is not None:
+                return cached
+            cells = q.cells(self)
+            if isinstance(cells, np.ndarray):  # chosen from arrays: worth remembering
+                _remember(cat, self.id, {name: cells})
+            return cells
+        finally:
+            cat.close()
+
+    def choose_named_cells(self) -> None:
+        """Choose (and remember in the catalog) the start cells of every named query that
+        picks them from the run's arrays, so that a later one-shot query reads no array.
+        A query with nothing to trace is left to say so when it is asked."""
+        cat = Catalog(layout.catalog_path(self.home))
+        try:
+            chosen = {}
+            for name, q in self.workflow.queries.items():
+                if cat.named_cells(self.id, name) is not None:
+                    continue
+                try:
+                    cells = q.cells(self)
+                except SubZeroError:
+                    continue
+                if isinstance(cells, np.ndarray):
+                    chosen[name] = cells
+            _remember(cat, self.id, chosen)
+        finally:
+            cat.close()
 
     def named_query(self, name: str, method: str = "auto", cells: Any = None) -> LineageResult:
         """Run one of the workflow's named queries (e.g. ``BQ3``); ``cells`` as returned by
@@ -168,6 +200,15 @@ class Run:
             cells = self.named_query_cells(name)
         q = self.workflow.queries[name]
         return self.query_executor().query(q.direction, cells, q.start, q.path, q.to, method)
+
+
+def _remember(cat: Catalog, rid: str, cells: dict[str, np.ndarray]) -> None:
+    """Cache named queries' start cells; a home this process cannot write (read-only, a
+    busy catalog) just goes without the cache."""
+    try:
+        cat.set_named_cells(rid, cells)
+    except (sqlite3.Error, OSError):
+        pass
 
 
 def say(line: str) -> None:

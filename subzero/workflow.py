@@ -338,16 +338,21 @@ def plan_blackbox_opt(op: Any) -> list[Strategy]:
     return [MAP] if Mode.MAP in _sup(op) else [BLACKBOX]
 
 
-def _udf_rule(*choices: tuple[Mode, list[Strategy]]) -> Callable[[Any], list[Strategy]]:
-    def rule(op: Any) -> list[Strategy]:
+class _udf_rule:
+    """Mapping where the operator has it, else the first of ``choices`` (a mode and its
+    strategies) that the operator supports, else black box. A class, not a closure, so
+    that a bound workflow pickles without cloudpickle (and loads without pyspark)."""
+
+    def __init__(self, *choices: tuple[Mode, list[Strategy]]) -> None:
+        self.choices = choices
+
+    def __call__(self, op: Any) -> list[Strategy]:
         if Mode.MAP in _sup(op):
             return [MAP]
-        for mode, strategies in choices:
+        for mode, strategies in self.choices:
             if mode in _sup(op):
                 return list(strategies)
         return [BLACKBOX]
-
-    return rule
 
 
 GENERIC_PLANS: dict[str, Callable[[Any], list[Strategy]]] = {

@@ -439,9 +439,7 @@ def decode_star(payload: bytes) -> tuple[np.ndarray, np.ndarray]:
 def _star_cells(payload: bytes, shape: Shape) -> np.ndarray:
     """A star payload's lineage: the star's pixels and their ring, ``(n, ndim)``."""
     lo, mask = decode_star(payload)
-    from scipy import ndimage  # scipy (slow to import) only in the kernels
-
-    grown = ndimage.binary_dilation(np.pad(mask, 1), np.ones((3,) * mask.ndim, dtype=bool))
+    grown = dilate(np.pad(mask, 1), 1)  # numpy only: a query need not import scipy
     cells = np.argwhere(grown) + lo - 1
     ok = ((cells >= 0) & (cells < np.asarray(shape))).all(axis=1)
     return cells[ok]

@@ -14,6 +14,7 @@ mapping functions of each kind. :func:`reference` computes the same arrays with 
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Mapping
 
 import numpy as np
@@ -55,10 +56,10 @@ def build(inputs: Mapping[str, str] | None = None, shape: Any = (2001, 513), see
     seed, threshold = int(seed), float(threshold)
     wf = Workflow(NAME, DESCRIPTION,
                   params={"shape": list(shape), "seed": seed, "threshold": threshold})
-    wf.input("image", shape, "uint16", source=lambda: generate_image(shape, seed),
+    wf.input("image", shape, "uint16", source=partial(generate_image, shape, seed),
              description="raw exposure (generated star field unless --input image=PATH)",
              origin=f"generated star field, seed {seed}, shape {shape[0]}x{shape[1]}")
-    wf.input("threshold", (1, 1), "float64", source=lambda: np.full((1, 1), threshold),
+    wf.input("threshold", (1, 1), "float64", source=partial(np.full, (1, 1), threshold),
              description="detection threshold above background (1x1)",
              origin=f"constant {threshold:g}")
     wf.add("calibrate", Affine(scale=1.0 / GAIN, offset=-BIAS / GAIN), "image")

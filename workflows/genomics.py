@@ -32,6 +32,7 @@ matrix; ``relapse`` traces one patient predicted to relapse back to the training
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Mapping
 
 import numpy as np
@@ -92,8 +93,8 @@ def build(inputs: Mapping[str, str] | None = None, scale: Any = 100, seed: Any =
               "patients": (width - N_DESCRIPTION), "seed": seed}
     wf = Workflow(NAME, DESCRIPTION, params=params)
     wf.input("table", table.shape, table.dtype,
-             source=(lambda: table) if "table" not in inputs else None,
-             loader=lambda p: scale_table(load_table(p), scale),
+             source=partial(_given, table) if "table" not in inputs else None,
+             loader=partial(_scaled_table, scale=scale),
              description="feature rows x (4 description columns + patients), strings",
              origin=(f"{path}, x{scale}" if path
                      else f"generated, seed {seed}, {width - N_DESCRIPTION} patients"))
@@ -125,15 +126,15 @@ def genomics_plans() -> dict[str, Any]:
         "pay-one": [PAY_ONE_BWD], "pay-many": [PAY_MANY_BWD],
         "pay-both": [PAY_ONE_BWD, FULL_ONE_FWD],
     }
+    return {name: partial(_udf_strategies, ss) for name, ss in table.items()}
 
-    def rule_for(strategies: list) -> Any:
-        def rule(op: Any) -> list:
-            if op.kind != "udf":
-                return plan_blackbox_opt(op)
-            return [s for s in strategies if s.mode in op.supported_modes()] or [BLACKBOX]
-        return rule
 
-    return {name: rule_for(ss) for name, ss in table.items()}
+def _udf_strategies(strategies: list, op: Any) -> list:
+    """A genomics plan's rule: built-ins keep their mapping, a UDF stores ``strategies``
+    (those of its modes)."""
+    if op.kind != "udf":
+        return plan_blackbox_opt(op)
+    return [s for s in strategies if s.mode in op.supported_modes()] or [BLACKBOX]
 
 
 # ---------------------------------------------------------------------------------------
@@ -167,6 +168,16 @@ def _relapse_patient(run: Any) -> np.ndarray:
     return np.array([[int(rng.choice(rows)), 0]])
 
 
+def _given(value: Any, *_: Any) -> Any:
+    """``value`` itself (an input's data, a query's fixed cells): a module-level function, so
+    that the bound workflow pickles without cloudpickle."""
+    return value
+
+
+def _scaled_table(path: str, scale: Any) -> np.ndarray:
+    return scale_table(load_table(path), scale)
+
+
 def named_queries(patients: int, feature_cols: list[int]) -> list[NamedQuery]:
     rng = np.random.default_rng(QUERY_SEED)
     # one training value of a clinical feature of one patient ("a bad hospital's record")
@@ -178,9 +189,9 @@ def named_queries(patients: int, feature_cols: list[int]) -> list[NamedQuery]:
     c0 = cols[int(rng.integers(0, max(1, len(cols) - 5)))]
     block = Box((p0, c0), (min(patients, p0 + 10), c0 + 5))
     return [
-        NamedQuery("bad-hospital", "forward", "transpose", lambda run, c=hospital: c,
+        NamedQuery("bad-hospital", "forward", "transpose", partial(_given, hospital),
                    to="model", description="one training value forward to the model"),
-        NamedQuery("full", "forward", "transpose", lambda run, b=block: b, to="klass",
+        NamedQuery("full", "forward", "transpose", partial(_given, block), to="klass",
                    description="a block of 50 training values forward to the predictions"),
         NamedQuery("high-likelihood", "backward", "model", _strongest_entry, to="transpose",
                    description="the strongest model entry back to the training matrix"),

@@ -90,10 +90,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_summary(args: argparse.Namespace, res: RunResult) -> list[str]:
-    """The workflow's own summary lines of a finished run (none for ad-hoc workflows)."""
+    """The workflow's own summary lines of a finished run (none for ad-hoc workflows); its
+    named queries' start cells are chosen now, while the arrays are fresh in the page cache,
+    so that a later `subzero query --named` reads no array."""
     if res.workflow not in workflows.available():
         return []
-    return workflows.summary(res.workflow, Home(args.home).get(res.run))
+    run = Home(args.home).get(res.run)
+    run.choose_named_cells()
+    return workflows.summary(res.workflow, run)
 
 
 def data_kind(origins: dict[str, Any] | None) -> str:

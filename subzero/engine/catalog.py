@@ -14,6 +14,7 @@ place (:data:`MIGRATIONS`) the first time it is opened.
 from __future__ import annotations
 
 import atexit
+import io
 import json
 import os
 import re
@@ -25,6 +26,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
+
+import numpy as np
 
 from subzero.errors import CatalogError
 
@@ -68,6 +71,9 @@ CREATE TABLE IF NOT EXISTS shards (
 CREATE TABLE IF NOT EXISTS statistics (
     run TEXT NOT NULL, op TEXT NOT NULL, strategy TEXT NOT NULL, key TEXT NOT NULL,
     value REAL, PRIMARY KEY (run, op, strategy, key)
+);
+CREATE TABLE IF NOT EXISTS named_cells (
+    run TEXT NOT NULL, name TEXT NOT NULL, cells BLOB NOT NULL, PRIMARY KEY (run, name)
 );
 CREATE TABLE IF NOT EXISTS query_log (
     id INTEGER PRIMARY KEY AUTOINCREMENT, run TEXT NOT NULL, at REAL NOT NULL,
@@ -463,6 +469,23 @@ class Catalog:
         return [dict(r) for r in rows]
 
     # -- query log -------------------------------------------------------------------------
+    # -- the cells named queries start from (chosen from a run's arrays once) -------------
+    def named_cells(self, rid: str, name: str) -> np.ndarray | None:
+        """The cached start cells of named query ``name`` of run ``rid`` (None if not yet
+        chosen): a query reading them needs no array, hence no zarr."""
+        row = self.db.execute("SELECT cells FROM named_cells WHERE run = ? AND name = ?",
+                              (rid, name)).fetchone()
+        return None if row is None else np.load(io.BytesIO(row["cells"]), allow_pickle=False)
+
+    def set_named_cells(self, rid: str, cells: dict[str, np.ndarray]) -> None:
+        rows = []
+        for name, c in cells.items():
+            buf = io.BytesIO()
+            np.save(buf, np.asarray(c), allow_pickle=False)
+            rows.append((rid, name, buf.getvalue()))
+        with self.tx() as db:
+            db.executemany("INSERT OR REPLACE INTO named_cells VALUES (?, ?, ?)", rows)
+
     def log_query(self, rid: str, direction: str, start: str, target: str, path: list,
                   in_count: int, out_count: int, elapsed_s: float, steps: list[dict]) -> None:
         """Log one query (the optimizer's workload). Written with the next batch: see

@@ -26,6 +26,7 @@ stderr is not a terminal, the operators done so far (on a terminal, a progress b
 from __future__ import annotations
 
 import os
+import pickle
 import resource
 import shutil
 import sys
@@ -175,11 +176,17 @@ def _progress(total: int, enabled: bool, notify: Callable[[str], None] | None = 
 
 
 def _save_workflow(r: _Run) -> None:
-    # pyspark's cloudpickle: bound operators may hold lambdas and local classes
-    from pyspark import cloudpickle
+    """The bound workflow, pickled: by plain pickle when it can (built-in operators, by
+    reference: loading it later imports no pyspark, which keeps a one-shot query fast), by
+    pyspark's cloudpickle when operators hold lambdas or local classes."""
+    try:
+        data = pickle.dumps(r.wf, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        from pyspark import cloudpickle  # only for workflows plain pickle cannot save
 
+        data = cloudpickle.dumps(r.wf)
     with open(layout.workflow_path(r.home, r.rid), "wb") as f:
-        f.write(cloudpickle.dumps(r.wf))
+        f.write(data)
 
 
 def _store_inputs(r: _Run, data: Mapping[str, np.ndarray]) -> None:
