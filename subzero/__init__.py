@@ -20,7 +20,7 @@ __version__ = "0.1.0"
 def __getattr__(name: str):
     # the API is the top layer (zarr, engine, queries, optimizer): loaded on first use, so
     # that `import subzero` stays light and the core never imports what sits on it
-    if name in ("Home", "Run"):
+    if name in ("Home", "Run", "check_lineage"):
         from subzero import api
 
         return getattr(api, name)
@@ -28,4 +28,4 @@ def __getattr__(name: str):
 
 
 __all__ = ["Box", "Ragged", "SubZeroError", "Direction", "Mode", "Strategy", "NamedQuery",
-           "Workflow", "Home", "Run"]
+           "Workflow", "Home", "Run", "check_lineage"]

@@ -27,8 +27,11 @@ from subzero.engine.catalog import Catalog
 from subzero.engine.runner import RunResult, run_workflow
 from subzero.engine.runs import LoadedRun, load_run
 from subzero.errors import StoreError, SubZeroError
+from subzero.lineagecheck import LineageCheck, check_operator
+from subzero.testing import bind
 from subzero.query import LineageResult, QueryExecutor
 from subzero.workflow import Workflow
+from workflows.checkable import default_inputs, resolve
 
 
 class Home:
@@ -222,3 +225,30 @@ def optimized_plan(wf: Workflow, home: Any, max_disk: int | None = None
     """The optimizer's plan for ``wf`` from the catalog's statistics (``--strategy optimized``),
     under ``max_disk`` bytes when given."""
     return plan_from_catalog(wf, layout.resolve_home(home), max_disk=max_disk)
+
+
+def check_lineage(operator: Any, inputs: Sequence[Any] | None = None, samples: int = 24,
+                  seed: int = 0, params: Mapping[str, Any] | None = None,
+                  modes: Sequence[str] | None = None, shape: Sequence[int] | None = None,
+                  split: Any = 2, rtol: float = 0.0) -> LineageCheck:
+    """Is an operator's declared lineage right? Checks it by perturbation on the driver
+    (no Spark): see :mod:`subzero.lineagecheck` for what is sampled and measured.
+
+    ``operator`` is a built-in or shipped UDF by class name (``"MedianFilter"``,
+    ``"CosmicRayDetect"``), ``"module:Class"``, an operator class or an instance; ``params``
+    its constructor's keyword arguments; ``inputs`` numpy arrays (default: the operator's
+    own kind of data, or ``shape`` random floats per input, from ``seed``).
+
+    >>> rep = subzero.check_lineage("CosmicRayDetect", samples=16)     # doctest: +SKIP
+    >>> rep.sound, rep.mode("COMP").tightness                          # doctest: +SKIP
+    """
+    op = resolve(operator, params)
+    if inputs is None:
+        spec = operator if isinstance(operator, (str, type)) else op
+        arrays = default_inputs(spec if not params else op, seed=seed, shape=shape)
+    else:
+        arrays = [np.asarray(a) for a in inputs]
+    name = operator if isinstance(operator, str) else type(op).__name__
+    bound = bind(op, *arrays, name=name)
+    return check_operator(bound, arrays, samples=samples, seed=seed, modes=modes, split=split,
+                          rtol=rtol)

@@ -1,0 +1,683 @@
+"""The lineage checker: is an operator's declared lineage right? (issue 17, part 2)
+
+:func:`check_operator` runs one operator on numpy inputs on the driver, chunk by chunk as
+the executor slices blocks (:func:`subzero.testing.run_chunked`; no Spark, no store), and
+for every lineage mode the operator supports (``MAP``, ``FULL``, ``PAY``, ``COMP``):
+
+1. samples output cells: the array's corners and edges, cells on both sides of chunk
+   borders, cells whose value is rare in the output (a flagged pixel, a star), cells that
+   carry a payload, and random ones;
+2. **soundness**: for each sampled cell, changes *every* input cell outside its declared
+   backward lineage (random changes as :func:`subzero.testing.perturb` makes them, and
+   structured ones: everything outside set to a low or a high constant, or shifted), re-runs
+   the operator and compares the cell. A cell whose output changed is *unsound*; the
+   checker shrinks the change that broke it (bisection, then one cell at a time) to a small
+   example: the input cells, their old and new values, the output before and after;
+3. **forward/backward agreement**: for the sampled output cells and the input cells of
+   their lineage (plus random input cells), ``c`` is in the backward lineage of ``o``
+   exactly when ``o`` is in the forward lineage of ``c``;
+4. **tightness**: per sampled cell, the declared cells against the *influential* ones: the
+   input cells whose change alone (a few values each) changes the output. Only cells inside
+   the declared lineage are tried (outside it, soundness says nothing changes).
+
+The declared lineage is read the way queries read it: mapping functions for ``MAP`` (and
+the ``COMP`` default), region pairs for ``FULL``, ``map_p`` of stored payloads for ``PAY``
+and ``COMP``. The checker lives in the core (it needs only the operator contract and the
+runtime); naming operators (``MedianFilter``, ``module:Class``) and generating their inputs
+is :mod:`workflows.checkable`'s, and ``subzero.check_lineage`` / ``subzero check-lineage``
+put the two together.
+
+>>> import numpy as np
+>>> from subzero.testing import bind                            # doctest: +SKIP
+>>> rep = check_operator(bind(MyUDF(), x), [x], samples=16)     # doctest: +SKIP
+>>> rep.sound, rep.modes[0].tightness                           # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from subzero.cells import as_linear
+from subzero.chunking import Chunking, task_grid
+from subzero.errors import SubZeroError
+from subzero.frontier import mask_from_linear
+from subzero.lineage import PairBatch
+from subzero.modes import Mode
+from subzero.testing import perturb, run_chunked
+
+#: Modes the checker reads lineage from, in report order.
+CHECKED_MODES = (Mode.MAP, Mode.FULL, Mode.PAY, Mode.COMP)
+
+Backward = Callable[[np.ndarray, int], np.ndarray]
+
+
+class CheckError(SubZeroError):
+    """An operator or inputs the lineage checker cannot check as asked."""
+
+
+# ---------------------------------------------------------------------------------------
+# reports
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class CellCheck:
+    """One sampled output cell in one mode."""
+
+    cell: tuple[int, ...]
+    why: str  # how it was sampled: corner, edge, border, rare, payload, random
+    declared: int  # input cells in its declared backward lineage (all inputs)
+    influential: int | None = None  # input cells whose change alone changes it
+    unsound: bool = False
+    #: a small change outside the declared lineage that changes the cell (when unsound)
+    example: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"cell": list(self.cell), "why": self.why, "declared": self.declared,
+               "influential": self.influential, "unsound": self.unsound}
+        if self.example is not None:
+            out["example"] = self.example
+        return out
+
+
+@dataclass
+class ModeCheck:
+    """The check of one lineage mode."""
+
+    mode: Mode
+    cells: list[CellCheck] = field(default_factory=list)
+    disagreements: int = 0
+    pairs_compared: int = 0
+    disagreement_example: dict[str, Any] | None = None
+    runs: int = 0
+    #: the share of the declared cells tried alone for tightness (1.0 unless over budget)
+    influence_tried: float = 1.0
+
+    @property
+    def unsound(self) -> list[CellCheck]:
+        return [c for c in self.cells if c.unsound]
+
+    @property
+    def sound(self) -> bool:
+        return not self.unsound
+
+    @property
+    def measured(self) -> list[CellCheck]:
+        return [c for c in self.cells if c.influential is not None]
+
+    @property
+    def declared(self) -> int:
+        return sum(c.declared for c in self.measured)
+
+    @property
+    def influential(self) -> int:
+        return sum(c.influential or 0 for c in self.measured)
+
+    @property
+    def tightness(self) -> float | None:
+        """Declared over influential cells, summed over the sampled cells (1.0: exact)."""
+        return self.declared / self.influential if self.influential else None
+
+    @property
+    def worst(self) -> float | None:
+        """The largest declared/influential ratio of one sampled cell."""
+        r = [c.declared / c.influential for c in self.measured if c.influential]
+        return max(r) if r else None
+
+    @property
+    def widest(self) -> CellCheck | None:
+        """The sampled cell with the largest declared lineage (what a scientist sees at worst)."""
+        m = self.measured
+        return max(m, key=lambda c: (c.declared, -(c.influential or 0))) if m else None
+
+    def to_json(self) -> dict[str, Any]:
+        w = self.widest
+        return {
+            "mode": self.mode.value, "sound": self.sound, "samples": len(self.cells),
+            "unsound": [c.to_json() for c in self.unsound],
+            "disagreements": self.disagreements, "pairs_compared": self.pairs_compared,
+            "disagreement_example": self.disagreement_example,
+            "declared": self.declared, "influential": self.influential,
+            "tightness": self.tightness, "worst": self.worst,
+            "widest": None if w is None else w.to_json(),
+            "runs": self.runs, "influence_tried": round(self.influence_tried, 4),
+            "cells": [c.to_json() for c in self.cells],
+        }
+
+
+@dataclass
+class LineageCheck:
+    """What :func:`check_operator` found, per mode. ``sound`` is False when any sampled
+    cell of any mode changed although only cells outside its lineage were changed."""
+
+    operator: str
+    in_shapes: list[tuple[int, ...]]
+    modes: list[ModeCheck]
+    seed: int
+
+    @property
+    def sound(self) -> bool:
+        return all(m.sound for m in self.modes)
+
+    @property
+    def agrees(self) -> bool:
+        return all(m.disagreements == 0 for m in self.modes)
+
+    def mode(self, mode: Mode | str) -> ModeCheck:
+        want = Mode(mode) if isinstance(mode, str) else mode
+        for m in self.modes:
+            if m.mode is want:
+                return m
+        raise CheckError(f"operator {self.operator} was not checked in mode {want.value}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"operator": self.operator, "inputs": [list(s) for s in self.in_shapes],
+                "seed": self.seed, "sound": self.sound, "agrees": self.agrees,
+                "modes": [m.to_json() for m in self.modes]}
+
+    def lines(self) -> list[str]:
+        """A human-readable report, one line per mode plus the unsound examples."""
+        shapes = ", ".join("x".join(map(str, s)) or "scalar" for s in self.in_shapes)
+        out = [f"{self.operator} on {shapes} (seed {self.seed})"]
+        if not self.modes:
+            out.append("  no lineage mode to check (BLACKBOX only: queries re-execute it)")
+        for m in self.modes:
+            t = "n/a" if m.tightness is None else f"{m.tightness:.2f}x"
+            w = m.widest
+            widest = "" if w is None else (
+                f", widest cell {list(w.cell)} ({w.why}): {w.declared} declared, "
+                f"{w.influential} influential")
+            out.append(
+                f"  {m.mode.value:5s} {'sound' if m.sound else 'UNSOUND':7s} "
+                f"{len(m.cells)} cells, {len(m.unsound)} unsound, {m.disagreements} "
+                f"forward/backward disagreements; declared {m.declared} / influential "
+                f"{m.influential} cells = {t}{widest}")
+            for c in m.unsound[:5]:
+                ex = c.example or {}
+                out.append(f"    unsound {list(c.cell)} ({c.why}): changing "
+                           f"{ex.get('summary', 'cells outside its lineage')}")
+            if m.disagreement_example:
+                out.append(f"    disagreement: {m.disagreement_example['summary']}")
+        return out
+
+
+# ---------------------------------------------------------------------------------------
+# the declared lineage of each mode, as the query executor reads it
+# ---------------------------------------------------------------------------------------
+
+
+def _full_lookup(pairs: PairBatch | None, key_side: Any, val_side: Any, want: np.ndarray,
+                 size: int) -> np.ndarray:
+    """Cells of ``val_side`` in pairs whose ``key_side`` meets ``want`` (linear), a mask."""
+    res = np.zeros(size, dtype=bool)
+    if pairs is None or len(key_side.values) == 0:
+        return res
+    hit = np.isin(key_side.values, want)
+    rows = np.zeros(len(key_side), dtype=bool)
+    rows[key_side.row_ids()[hit]] = True
+    if len(val_side.values):
+        res[val_side.values[rows[val_side.row_ids()]].astype(np.intp)] = True
+    return res
+
+
+class _Lineage:
+    """Backward and forward lineage of one operator in one mode."""
+
+    def __init__(self, op: Any, mode: Mode, full: PairBatch | None,
+                 pays: PairBatch | None) -> None:
+        self.op, self.mode, self.full, self.pays = op, mode, full, pays
+        self.covered = np.zeros(int(np.prod(op.out_shape)), dtype=bool)
+        if mode in (Mode.PAY, Mode.COMP) and pays is not None and len(pays):
+            self.covered[pays.out.values.astype(np.intp)] = True
+
+    def backward(self, f_out: np.ndarray, i: int) -> np.ndarray:
+        op, shape = self.op, self.op.in_shapes[i]
+        if self.mode is Mode.MAP:
+            return np.asarray(op.map_b(f_out, i), dtype=bool)
+        lin = np.flatnonzero(f_out)
+        size = int(np.prod(shape))
+        if self.mode is Mode.FULL:
+            return _full_lookup(self.full, self.full.out if self.full else None,
+                                self.full.ins[i] if self.full else None, lin,
+                                size).reshape(shape)
+        res = np.zeros(size, dtype=bool)
+        if self.pays is not None:
+            out = self.pays.out
+            hit = np.isin(out.values, lin)
+            for k in np.unique(out.row_ids()[hit]):
+                vals = out.row(int(k))
+                mine = vals[np.isin(vals, lin)].astype(np.int64)
+                cells = np.stack(np.unravel_index(mine, op.out_shape), axis=1)
+                got = as_linear(op.map_p(cells, self.pays.payload_bytes(int(k)), i), shape)
+                res[got.astype(np.intp)] = True
+        if self.mode is Mode.COMP:
+            rest = f_out.reshape(-1) & ~self.covered
+            if rest.any():
+                res |= np.asarray(op.map_b(rest.reshape(f_out.shape), i), dtype=bool).reshape(-1)
+        return res.reshape(shape)
+
+    def forward(self, f_in: np.ndarray, i: int) -> np.ndarray:
+        op = self.op
+        if self.mode is Mode.MAP:
+            return np.asarray(op.map_f(f_in, i), dtype=bool)
+        size = int(np.prod(op.out_shape))
+        if self.mode is Mode.FULL:
+            return _full_lookup(self.full, self.full.ins[i] if self.full else None,
+                                self.full.out if self.full else None, np.flatnonzero(f_in),
+                                size).reshape(op.out_shape)
+        res = np.zeros(size, dtype=bool)
+        if self.pays is not None:
+            for k in range(len(self.pays)):
+                outs = self.pays.out.row(k).astype(np.int64)
+                cells = np.stack(np.unravel_index(outs, op.out_shape), axis=1)
+                hits = np.asarray(op.map_p_hits(cells, self.pays.payload_bytes(k), i, f_in),
+                                  dtype=bool)
+                res[outs[hits]] = True
+        if self.mode is Mode.COMP:
+            res |= np.asarray(op.map_f(f_in, i), dtype=bool).reshape(-1) & ~self.covered
+        return res.reshape(op.out_shape)
+
+
+# ---------------------------------------------------------------------------------------
+# sampling
+# ---------------------------------------------------------------------------------------
+
+
+def _edge_cells(shape: tuple[int, ...]) -> list[tuple[tuple[int, ...], str]]:
+    out = []
+    for corner in np.ndindex(*(2,) * len(shape)):
+        out.append((tuple((n - 1) * c for n, c in zip(shape, corner)), "corner"))
+    for d, n in enumerate(shape):  # the middle of each face
+        for v in (0, n - 1):
+            out.append((tuple(v if k == d else m // 2 for k, m in enumerate(shape)), "edge"))
+    return out
+
+
+def _border_cells(op: Any, split: Any, rng: np.random.Generator
+                  ) -> list[tuple[tuple[int, ...], str]]:
+    shape = op.out_shape
+    cshape = Chunking(split=split).chunk_shape(shape)
+    out = []
+    for _, box in task_grid(op, cshape):
+        for d in range(len(shape)):
+            for v in (box.lo[d], box.hi[d] - 1):
+                if 0 < v < shape[d] - 1 and (v == box.lo[d] or v + 1 < shape[d]):
+                    c = [int(rng.integers(lo, hi)) for lo, hi in zip(box.lo, box.hi)]
+                    c[d] = int(v)
+                    out.append((tuple(c), "border"))
+    return out
+
+
+def _rare_cells(out: np.ndarray) -> np.ndarray:
+    """Linear indices of cells whose value is rarer than the output's most common one."""
+    flat = out.reshape(-1)
+    if flat.size == 0:
+        return np.empty(0, dtype=np.int64)
+    try:
+        vals, inv, counts = np.unique(flat, return_inverse=True, return_counts=True)
+    except TypeError:  # values numpy cannot order (objects): no rare cells
+        return np.empty(0, dtype=np.int64)
+    if len(vals) < 2 or len(vals) > flat.size // 2:  # continuous values: nothing is rare
+        return np.empty(0, dtype=np.int64)
+    return np.flatnonzero(counts[inv.reshape(-1)] < counts.max())
+
+
+def sample_cells(op: Any, out: np.ndarray, samples: int, rng: np.random.Generator,
+                 split: Any = 2, covered: np.ndarray | None = None
+                 ) -> list[tuple[tuple[int, ...], str]]:
+    """Up to ``samples`` distinct output cells: corners and edges, chunk borders, rare
+    values, payload cells, random (in that order of priority, each kind a share)."""
+    shape = tuple(op.out_shape)
+    size = int(np.prod(shape))
+    picked: dict[int, str] = {}
+
+    def take(cells: list[tuple[tuple[int, ...], str]], limit: int) -> None:
+        n = 0
+        for c, why in cells:
+            lin = int(np.ravel_multi_index(c, shape)) if shape else 0
+            if lin not in picked and len(picked) < samples and n < limit:
+                picked[lin] = why
+                n += 1
+
+    def from_lin(lin: np.ndarray, why: str, k: int) -> list[tuple[tuple[int, ...], str]]:
+        if len(lin) == 0:
+            return []
+        lin = rng.choice(lin, size=min(k, len(lin)), replace=False)
+        return [(tuple(int(v) for v in np.unravel_index(int(x), shape)), why) for x in lin]
+
+    share = max(1, samples // 5)
+    edges = _edge_cells(shape) if shape else [((), "corner")]
+    take([edges[k] for k in rng.permutation(len(edges))], share)
+    borders = _border_cells(op, split, rng) if shape else []
+    take([borders[k] for k in rng.permutation(len(borders))], share)
+    take(from_lin(_rare_cells(out), "rare", share), share)
+    if covered is not None:
+        take(from_lin(np.flatnonzero(covered), "payload", share), share)
+    take(from_lin(np.arange(size), "random", samples), samples)
+    return [(tuple(int(v) for v in np.unravel_index(lin, shape)) if shape else (), why)
+            for lin, why in picked.items()]
+
+
+# ---------------------------------------------------------------------------------------
+# perturbations
+# ---------------------------------------------------------------------------------------
+
+
+def _structured(arr: np.ndarray, keep: np.ndarray) -> list[np.ndarray]:
+    """Changes random noise rarely makes: everything outside ``keep`` set to a low or a
+    high constant, or shifted together (medians, thresholds and connectivity react)."""
+    if arr.dtype == bool:
+        return [np.where(keep, arr, v) for v in (True, False)]
+    if arr.dtype.kind == "f":
+        finite = arr[np.isfinite(arr)]
+        span = float(np.ptp(finite)) if finite.size else 1.0
+        span = span or 1.0
+        lo = float(finite.min()) if finite.size else 0.0
+        hi = float(finite.max()) if finite.size else 0.0
+        return [np.where(keep, arr, v) for v in (lo - span, hi + span, 0.0)] + [
+            np.where(keep, arr, arr + d) for d in (-0.1 * span, 0.1 * span)]
+    if arr.dtype.kind in "iu":
+        info = np.iinfo(arr.dtype)
+        return [np.where(keep, arr, np.array(v, dtype=arr.dtype))
+                for v in (info.min, info.max, 0)]
+    return []
+
+
+def _single_values(arr: np.ndarray, lin: int, rng: np.random.Generator) -> list[Any]:
+    """A few new values for one cell: a random change, and far below / far above."""
+    flat = arr.reshape(-1)
+    old = flat[lin]
+    keep = np.ones(flat.shape, dtype=bool)
+    keep[lin] = False
+    vals = [perturb(flat, keep, rng)[lin]]
+    if arr.dtype.kind == "f":
+        finite = flat[np.isfinite(flat)]
+        span = (float(np.ptp(finite)) if finite.size else 1.0) or 1.0
+        base = float(old) if np.isfinite(old) else 0.0
+        vals += [base - span, base + span, np.nan]
+    elif arr.dtype.kind in "iu":
+        info = np.iinfo(arr.dtype)
+        vals += [info.min if old != info.min else info.max, 0 if old != 0 else 1]
+    return vals
+
+
+def _same(a: np.ndarray, b: np.ndarray, rtol: float) -> np.ndarray:
+    """Elementwise: unchanged (NaN equals NaN; exact unless ``rtol``)."""
+    if a.dtype.kind == "f" or b.dtype.kind == "f":
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        eq = (a64 == b64) | (np.isnan(a64) & np.isnan(b64))
+        if rtol:
+            eq |= np.isclose(a64, b64, rtol=rtol, atol=0)
+        return eq
+    if a.dtype.kind in "OTUS" or b.dtype.kind in "OTUS":
+        return np.array([x == y for x, y in zip(a.astype(object), b.astype(object))], bool)
+    return a == b
+
+
+# ---------------------------------------------------------------------------------------
+# the check
+# ---------------------------------------------------------------------------------------
+
+
+class _Runner:
+    """Runs the operator on (changed) inputs and reads the sampled output cells: on the
+    check's chunk grid, or as one block (``whole``: the cheaper runs of the tightness
+    measurement, compared with a one-block run of the unchanged inputs)."""
+
+    def __init__(self, op: Any, inputs: Sequence[np.ndarray], split: Any, rtol: float) -> None:
+        self.op, self.inputs, self.split, self.rtol = op, list(inputs), split, rtol
+        self.runs = 0
+        self._base: dict[bool, np.ndarray] = {}
+        self.base = self._run(self.inputs, False)
+
+    def _run(self, inputs: Sequence[np.ndarray], whole: bool) -> np.ndarray:
+        self.runs += 1
+        with np.errstate(all="ignore"):  # NaN and extreme values are the point here
+            out, _, _ = run_chunked(self.op, list(inputs), 1 if whole else self.split)
+        return out
+
+    def outputs(self, inputs: Sequence[np.ndarray], lin: np.ndarray,
+                whole: bool = False) -> np.ndarray:
+        return self._run(inputs, whole).reshape(-1)[lin]
+
+    def changed(self, inputs: Sequence[np.ndarray], lin: np.ndarray,
+                whole: bool = False) -> np.ndarray:
+        """Bool per cell of ``lin``: its output differs from the unchanged run's."""
+        if whole not in self._base:
+            self._base[whole] = self.base if not whole else self._run(self.inputs, True)
+        return ~_same(self._base[whole].reshape(-1)[lin], self.outputs(inputs, lin, whole),
+                      self.rtol)
+
+
+def _apply(inputs: Sequence[np.ndarray], variant: Sequence[np.ndarray],
+           cells: Sequence[tuple[int, int]]) -> list[np.ndarray]:
+    """``inputs`` with only ``cells`` ((input, linear index) pairs) taken from ``variant``."""
+    out = [a.copy() for a in inputs]
+    for i, lin in cells:
+        out[i].reshape(-1)[lin] = variant[i].reshape(-1)[lin]
+    return out
+
+
+def _shrink(runner: _Runner, variant: Sequence[np.ndarray], lin: int) -> list[tuple[int, int]]:
+    """A small set of changed cells of ``variant`` that still changes output ``lin``:
+    halve while one half alone does it, then drop single cells (at most 32 tries)."""
+    want = np.array([lin])
+    cur = [(i, int(c)) for i, (a, v) in enumerate(zip(runner.inputs, variant))
+           for c in np.flatnonzero(~_same(a.reshape(-1), v.reshape(-1), 0.0))]
+    while len(cur) > 1:
+        half = len(cur) // 2
+        for part in (cur[:half], cur[half:]):
+            if runner.changed(_apply(runner.inputs, variant, part), want)[0]:
+                cur = part
+                break
+        else:
+            break
+    tries = 0
+    for c in list(cur):
+        if len(cur) == 1 or tries >= 32:
+            break
+        tries += 1
+        rest = [x for x in cur if x != c]
+        if runner.changed(_apply(runner.inputs, variant, rest), want)[0]:
+            cur = rest
+    return cur
+
+
+def _example(runner: _Runner, variant: Sequence[np.ndarray], cell: tuple[int, ...],
+             lin: int) -> dict[str, Any]:
+    cells = _shrink(runner, variant, lin)
+    changed = _apply(runner.inputs, variant, cells)
+    after = runner.outputs(changed, np.array([lin]))[0]
+    before = runner.base.reshape(-1)[lin]
+    shown = []
+    for i, c in cells[:8]:
+        coord = [int(v) for v in np.unravel_index(c, runner.inputs[i].shape)]
+        shown.append({"input": i, "cell": coord,
+                      "old": _plain(runner.inputs[i].reshape(-1)[c]),
+                      "new": _plain(variant[i].reshape(-1)[c])})
+    where = "; ".join(f"input {s['input']} {s['cell']} {s['old']!r} -> {s['new']!r}"
+                      for s in shown[:3])
+    more = f" and {len(cells) - 3} more" if len(cells) > 3 else ""
+    summary = (f"{len(cells)} input cell(s) outside its lineage ({where}{more}) changes the "
+               f"output {_plain(before)!r} -> {_plain(after)!r}")
+    return {"cells": shown, "n_cells": len(cells), "before": _plain(before),
+            "after": _plain(after), "summary": summary}
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, float):
+        return round(v, 6)
+    return v if isinstance(v, (int, bool, str)) or v is None else str(v)
+
+
+def _check_mode(op: Any, runner: _Runner, lineage: _Lineage,
+                cells: list[tuple[tuple[int, ...], str]], seed: int, trials: int,
+                max_influence_runs: int) -> ModeCheck:
+    rng = np.random.default_rng(seed)
+    res = ModeCheck(lineage.mode)
+    before = runner.runs
+    inputs = runner.inputs
+    shape = op.out_shape
+    n_in = len(inputs)
+    lins = [int(np.ravel_multi_index(c, shape)) if shape else 0 for c, _ in cells]
+    masks = [mask_from_linear(np.array([lin]), shape) for lin in lins]
+    lineages = [[lineage.backward(m, i) for i in range(n_in)] for m in masks]
+    for (cell, why), lin, keep in zip(cells, lins, lineages):
+        chk = CellCheck(cell, why, int(sum(int(k.sum()) for k in keep)))
+        variants = [[perturb(a, k, rng) for a, k in zip(inputs, keep)] for _ in range(trials)]
+        structured = [_structured(a, k) for a, k in zip(inputs, keep)]
+        n_struct = max((len(s) for s in structured), default=0)
+        for j in range(n_struct):
+            variants.append([s[j % len(s)] if s else a
+                             for a, s in zip(inputs, structured)])
+        for v in variants:
+            if runner.changed(v, np.array([lin]))[0]:
+                chk.unsound = True
+                chk.example = _example(runner, v, cell, lin)
+                break
+        res.cells.append(chk)
+    _agreement(op, lineage, res, lins, lineages, rng)
+    _influence(runner, res, lins, lineages, rng, max_influence_runs)
+    res.runs = runner.runs - before
+    return res
+
+
+def _agreement(op: Any, lineage: _Lineage, res: ModeCheck, lins: list[int],
+               lineages: list[list[np.ndarray]], rng: np.random.Generator,
+               per_input: int = 96) -> None:
+    """``c`` in backward(``o``) exactly when ``o`` in forward(``c``), for the sampled ``o``
+    and input cells from their lineages and from anywhere."""
+    out_lin = np.array(lins, dtype=np.int64)
+    for i, shape in enumerate(op.in_shapes):
+        size = int(np.prod(shape))
+        union = np.zeros(size, dtype=bool)
+        for keep in lineages:
+            union |= keep[i].reshape(-1)
+        cand = np.flatnonzero(union)
+        if len(cand) > per_input:
+            cand = rng.choice(cand, per_input, replace=False)
+        extra = rng.choice(size, min(size, per_input // 3), replace=False)
+        for c in np.unique(np.concatenate([cand, extra])).astype(np.int64):
+            fwd = lineage.forward(mask_from_linear(np.array([c]), shape), i).reshape(-1)
+            for k, o in enumerate(out_lin):
+                b = bool(lineages[k][i].reshape(-1)[c])
+                f = bool(fwd[o])
+                res.pairs_compared += 1
+                if b != f:
+                    res.disagreements += 1
+                    if res.disagreement_example is None:
+                        oc = [int(v) for v in np.unravel_index(int(o), op.out_shape)]
+                        ic = [int(v) for v in np.unravel_index(int(c), shape)]
+                        said = ("in the backward lineage of output {o} but its forward "
+                                "lineage misses {o}" if b else
+                                "not in the backward lineage of output {o} but its forward "
+                                "lineage holds {o}")
+                        res.disagreement_example = {
+                            "output": oc, "input": i, "input_cell": ic, "backward": b,
+                            "forward": f,
+                            "summary": f"input {i} cell {ic} is " + said.format(o=oc)}
+
+
+def _influence(runner: _Runner, res: ModeCheck, lins: list[int],
+               lineages: list[list[np.ndarray]], rng: np.random.Generator,
+               max_runs: int) -> None:
+    """Per sampled cell, how many of its declared input cells change it alone: each cell
+    of the union of the declared lineages is changed alone (a few values), one run each,
+    and every sampled output is compared at once. Beyond ``max_runs`` runs the union is
+    sampled and the counts scaled (the cells report an estimate)."""
+    inputs = runner.inputs
+    out_lin = np.array(lins, dtype=np.int64)
+    todo: list[tuple[int, int]] = []
+    for i in range(len(inputs)):
+        union = np.zeros(inputs[i].size, dtype=bool)
+        for keep in lineages:
+            union |= keep[i].reshape(-1)
+        todo += [(i, int(c)) for c in np.flatnonzero(union)]
+    n_vals = 4
+    scale = 1.0
+    if len(todo) * n_vals > max_runs:
+        keep_n = max(1, max_runs // n_vals)
+        idx = np.sort(rng.choice(len(todo), keep_n, replace=False))
+        scale = len(todo) / keep_n
+        todo = [todo[k] for k in idx]
+    hits = np.zeros(len(lins), dtype=np.int64)
+    for i, c in todo:
+        declared_by = np.array([bool(lg[i].reshape(-1)[c]) for lg in lineages])
+        moved = np.zeros(len(lins), dtype=bool)
+        for v in _single_values(inputs[i], c, rng):
+            changed = [a.copy() if k == i else a for k, a in enumerate(inputs)]
+            changed[i].reshape(-1)[c] = v
+            moved |= runner.changed(changed, out_lin, whole=True)
+            if moved[declared_by].all():
+                break
+        hits += moved & declared_by
+    res.influence_tried = 1.0 / scale
+    for chk, h in zip(res.cells, hits):
+        chk.influential = int(round(h * scale))
+
+
+def check_operator(op: Any, inputs: Sequence[np.ndarray], samples: int = 24, seed: int = 0,
+                   modes: Sequence[Mode | str] | None = None, split: Any = 2,
+                   trials: int = 2, rtol: float = 0.0,
+                   max_influence_runs: int = 2000) -> LineageCheck:
+    """Check a *bound* operator's declared lineage on ``inputs`` (see the module docstring).
+
+    Parameters
+    ----------
+    op : an operator bound to the inputs' shapes and dtypes
+        (:func:`subzero.testing.bind`).
+    inputs : one numpy array per input.
+    samples : output cells checked per mode.
+    seed : seeds the sampling and the perturbations (a check is reproducible).
+    modes : the modes to check (default: every one the operator supports but BLACKBOX).
+    split : the chunk grid the operator runs on (as ``--chunks``; 2 = two chunks per axis),
+        so that chunk borders and stencil halos are exercised.
+    trials : random perturbations per sampled cell (structured ones are always added).
+    rtol : compare floating-point outputs with this relative tolerance (0: bit for bit).
+    max_influence_runs : a budget for the tightness measurement.
+    """
+    if samples < 1:
+        raise CheckError(f"samples must be a positive integer. Got {samples!r}.")
+    inputs = [np.asarray(a) for a in inputs]
+    if len(inputs) != len(op.in_shapes) or any(
+            tuple(a.shape) != tuple(s) for a, s in zip(inputs, op.in_shapes)):
+        raise CheckError(
+            f"operator {op.name!r} is bound to inputs {[tuple(s) for s in op.in_shapes]}; got "
+            f"{[tuple(a.shape) for a in inputs]}")
+    supported = op.supported_modes()
+    if modes is None:
+        want = [m for m in CHECKED_MODES if m in supported]
+    else:
+        want = []
+        for m in modes:
+            try:
+                mm = Mode(m) if isinstance(m, str) else m
+            except ValueError:
+                raise CheckError(f"unknown lineage mode {m!r} (expected one of "
+                                 f"{', '.join(x.value for x in CHECKED_MODES)})") from None
+            if mm not in supported or mm not in CHECKED_MODES:
+                raise CheckError(f"operator {op.name!r} does not produce {mm.value} lineage "
+                                 f"(it supports {', '.join(sorted(x.value for x in supported))})")
+            want.append(mm)
+    runner = _Runner(op, inputs, split, rtol)
+    report = LineageCheck(op.name, [tuple(s) for s in op.in_shapes], [], seed)
+    rng = np.random.default_rng(seed)
+    for k, mode in enumerate(want):
+        full = pays = None
+        if mode in (Mode.FULL, Mode.PAY, Mode.COMP):
+            _, full, pays = run_chunked(op, inputs, split, (mode,))
+        lineage = _Lineage(op, mode, full, pays)
+        covered = lineage.covered if mode in (Mode.PAY, Mode.COMP) else None
+        cells = sample_cells(op, runner.base, samples, rng, split, covered)
+        report.modes.append(_check_mode(op, runner, lineage, cells, seed + 101 * (k + 1),
+                                        trials, max_influence_runs))
+    return report
+
+
+__all__ = ["CHECKED_MODES", "CellCheck", "CheckError", "LineageCheck", "ModeCheck",
+           "check_operator", "sample_cells"]

@@ -1,0 +1,208 @@
+"""The lineage checker (``subzero.check_lineage``, ``subzero check-lineage``): every built-in
+operator and shipped UDF is sound by it, a UDF declaring too little is caught with a small
+example, forward/backward disagreement is counted, tightness matches brute force, and bad
+input is one line with exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import subzero
+from operators import Convolve, UDF
+from subzero.cli.main import main
+from subzero.modes import Mode
+from subzero.operator import stencil
+from subzero.testing import bind, run_chunked
+from workflows.checkable import CHECKED, SHIPPED_UDFS, default_inputs
+
+# the slowest (a few seconds each: L.A.Cosmic re-run for every changed cell, the genomics
+# pipeline to make inputs)
+SLOW = {"CosmicRayDetect", "StarDetect", "Extract", "Model", "Predict", "Validate"}
+
+
+class TooSmallBlur(UDF):
+    """A 3x3 box blur that declares each output depends on its own input cell only: the
+    kind of mistake the checker is for."""
+
+    n_inputs = 1
+    parallelism = stencil(1)
+
+    def supported_modes(self):
+        return frozenset({Mode.MAP, Mode.BLACKBOX})
+
+    def run(self, ctx, x):
+        pad = np.pad(x, 1, mode="edge")
+        h, w = x.shape
+        out = sum(pad[dy:dy + h, dx:dx + w] for dy in range(3) for dx in range(3)) / 9.0
+        return out[ctx.chunk.interior(0)]
+
+    def map_b(self, frontier_out, i):
+        return frontier_out.copy()
+
+    def map_f(self, frontier_in, i):
+        return frontier_in.copy()
+
+
+class OneWayShift(UDF):
+    """Output cell j is input cell j - 1 (cell 0 is 0); backward says so, forward wrongly
+    says the identity: sound, but the two directions disagree."""
+
+    n_inputs = 1
+    parallelism = stencil(1)
+
+    def supported_modes(self):
+        return frozenset({Mode.MAP, Mode.BLACKBOX})
+
+    def run(self, ctx, x):
+        lo = ctx.chunk.out_box.lo[0]
+        ilo = ctx.chunk.in_boxes[0].lo[0]
+        out = np.zeros(ctx.chunk.out_box.shape)
+        for k in range(len(out)):
+            j = lo + k
+            out[k] = x[j - 1 - ilo] if j > 0 else 0.0
+        return out
+
+    def map_b(self, frontier_out, i):
+        res = np.zeros_like(frontier_out)
+        res[:-1] = frontier_out[1:]
+        return res
+
+    def map_f(self, frontier_in, i):
+        return frontier_in.copy()
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
+                                  for n in CHECKED])
+def test_every_builtin_and_shipped_udf_is_sound(name):
+    rep = subzero.check_lineage(name, samples=12, seed=1)
+    assert rep.modes, name
+    for m in rep.modes:
+        assert m.sound, (name, m.mode, [c.example for c in m.unsound])
+        assert m.disagreements == 0, (name, m.mode, m.disagreement_example)
+        assert m.pairs_compared > 0
+        # influential cells are a subset of the declared ones, and each cell was tried
+        assert all(c.influential is not None and c.influential <= c.declared for c in m.cells)
+    kinds = {c.why for m in rep.modes for c in m.cells}
+    assert {"corner", "random"} <= kinds
+
+
+def test_the_shipped_udfs_are_checked_on_their_own_kind_of_data():
+    assert set(SHIPPED_UDFS) == {"CosmicRayDetect", "CosmicRayRemove", "StarDetect", "Extract",
+                                 "Model", "Predict", "Validate"}
+    rmbg, = default_inputs("CosmicRayDetect")
+    op = bind(subzero.api.resolve("CosmicRayDetect"), rmbg)
+    flagged, _, _ = run_chunked(op, [rmbg])
+    assert flagged.any() and (rmbg > op.gate).sum() > flagged.sum()  # rejected candidates too
+
+
+def test_a_too_small_lineage_is_unsound_with_a_minimal_example():
+    x = np.random.default_rng(0).normal(size=(12, 10))
+    rep = subzero.check_lineage(TooSmallBlur, inputs=[x], samples=10)
+    assert not rep.sound
+    m = rep.mode("MAP")
+    assert len(m.unsound) == len(m.cells)  # every blurred cell depends on its neighbours
+    for c in m.unsound:
+        ex = c.example
+        assert 1 <= ex["n_cells"] <= 2 and ex["before"] != ex["after"]
+        for cell in ex["cells"]:
+            d = np.abs(np.array(cell["cell"]) - np.array(c.cell))
+            assert d.max() == 1  # a neighbour: outside the declared cell, inside the blur
+        # the example really changes the output: apply it and re-run
+        y = x.copy()
+        for cell in ex["cells"]:
+            y[tuple(cell["cell"])] = cell["new"]
+        op = bind(TooSmallBlur(), x)
+        assert run_chunked(op, [y])[0][c.cell] != run_chunked(op, [x])[0][c.cell]
+
+
+def test_cli_exits_1_when_unsound_and_names_the_cells(capsys, tmp_path):
+    np.save(tmp_path / "x.npy", np.random.default_rng(1).normal(size=(8, 8)))
+    code = main(["check-lineage", "tests.test_check_lineage:TooSmallBlur", "--input",
+                 str(tmp_path / "x.npy"), "--samples", "6"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "MAP" in out and "NO" in out and "unsound [" in out and "outside its lineage" in out
+    code = main(["check-lineage", "tests.test_check_lineage:TooSmallBlur", "--input",
+                 str(tmp_path / "x.npy"), "--samples", "6", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 1 and doc["sound"] is False
+    assert doc["modes"][0]["unsound"][0]["example"]["cells"]
+
+
+def test_cli_exits_0_when_sound(capsys):
+    code = main(["check-lineage", "MedianFilter", "--param", "radius=1", "--samples", "8",
+                 "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["sound"] and [m["mode"] for m in doc["modes"]] == ["MAP", "FULL"]
+    assert all(m["samples"] == 8 and m["influential"] <= m["declared"] for m in doc["modes"])
+
+
+def test_forward_backward_disagreement_is_counted():
+    x = np.arange(1.0, 13.0)
+    rep = subzero.check_lineage(OneWayShift(), inputs=[x], samples=8)
+    m = rep.mode("MAP")
+    assert m.sound and m.disagreements > 0
+    ex = m.disagreement_example
+    # backward: output j <- input j - 1; forward: input j -> output j
+    assert ex["backward"] != ex["forward"]
+    want = ex["output"][0] - 1 if ex["backward"] else ex["output"][0]
+    assert ex["input_cell"][0] == want
+
+
+def test_tightness_matches_brute_force_on_a_laplacian():
+    """The Laplacian's corners are 0: declared the 3x3 box, influential only the cross.
+    Brute force here: change each input cell alone and see which outputs move."""
+    x = np.random.default_rng(4).normal(size=(9, 8))
+    k = [[0, -1, 0], [-1, 4, -1], [0, -1, 0]]
+    rep = subzero.check_lineage(Convolve(k), inputs=[x], samples=10, modes=["MAP"])
+    op = bind(Convolve(k), x)
+    base = run_chunked(op, [x])[0]
+    for c in rep.mode("MAP").cells:
+        moved = 0
+        for j in range(x.size):
+            y = x.copy()
+            y.reshape(-1)[j] += 5.0
+            moved += run_chunked(op, [y])[0][c.cell] != base[c.cell]
+        assert c.influential == moved, c
+        assert c.declared == int(op.map_b(_one(x.shape, c.cell), 0).sum())
+    assert rep.mode("MAP").tightness > 1.0
+
+
+def _one(shape, cell):
+    m = np.zeros(shape, bool)
+    m[cell] = True
+    return m
+
+
+def test_a_check_is_reproducible_from_its_seed():
+    a = subzero.check_lineage("Where", samples=10, seed=3).to_json()
+    b = subzero.check_lineage("Where", samples=10, seed=3).to_json()
+    assert a == b
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["Nope"], "'Nope'"),
+    (["subzero.cells:Box"], "'subzero.cells:Box' is not an operator"),
+    (["no.such.module:Thing"], "'no.such.module'"),
+    (["operators:NoSuch"], "'NoSuch'"),
+    (["operators:UDF"], "'operators:UDF' is an abstract"),
+    (["Binary", "--param", "ufunc=frob"], "'frob'"),
+    (["Binary", "--param", "colour=red"], "colour"),
+    (["MedianFilter", "--samples", "0"], "--samples 0"),
+    (["MedianFilter", "--mode", "PAY"], "PAY"),
+    (["MedianFilter", "--input", "x.txt"], "'x.txt'"),
+    (["MedianFilter", "--input", "missing.npy"], "'missing.npy'"),
+    (["Binary", "--input", "a.npy"], "takes 2 input"),
+    (["MedianFilter", "--shape", "3xq"], "3xq"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, named, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    np.save(tmp_path / "a.npy", np.zeros((4, 4)))
+    code = main(["check-lineage", *argv])
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and err.startswith("subzero: error:"), err
+    assert named in err, err
