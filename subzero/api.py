@@ -25,10 +25,13 @@ from subzero.chunking import Chunking
 from subzero.engine import layout
 from subzero.engine.catalog import Catalog
 from subzero.engine.runner import RunResult, run_workflow
+from subzero.engine.replay import ReplayResult, replay_run, replay_values
 from subzero.engine.runs import LoadedRun, load_run
+from subzero.engine.spark import active_session
 from subzero.errors import StoreError, SubZeroError
 from subzero.lineagecheck import LineageCheck, check_operator
 from subzero.testing import bind
+from subzero.frontier import start_frontier
 from subzero.query import LineageResult, QueryExecutor
 from subzero.workflow import Workflow
 from workflows.checkable import default_inputs, resolve
@@ -91,6 +94,8 @@ class Run:
         self.id = loaded.id
         self.workflow = loaded.workflow
         self.result: RunResult | None = None
+        #: what the replay that made this run did (a run made by :meth:`replay`)
+        self.replayed: ReplayResult | None = None
         #: how the run was asked for (``latest``, ``latest:astronomy``, ``r3``)
         self.requested = requested or loaded.id
 
@@ -203,6 +208,47 @@ class Run:
             cells = self.named_query_cells(name)
         q = self.workflow.queries[name]
         return self.query_executor().query(q.direction, cells, q.start, q.path, q.to, method)
+
+    # -- what-if replay --------------------------------------------------------------------
+    def replay(self, array: str, cells: Any, value: Any = None, values: Any = None,
+               nan: bool = False, to: str | Sequence[str] | None = None,
+               where: str = "auto", quiet: bool | None = None) -> "Run":
+        """What if ``cells`` of ``array`` (coordinates, a bool mask or a :class:`Box`) had
+        held ``value`` (one for all), ``values`` (one per cell, C order of the cells) or
+        NaN (``nan=True``)? Recomputes only the tiles the change reaches (forward lineage
+        of this run) and returns the new run derived from this one; its ``replayed`` says
+        which cells of each array changed and how much was recomputed. ``to``: replay only
+        what these arrays need. This run is never modified.
+
+        >>> new = run.replay("exp1", subzero.Box((500, 200), (510, 210)), value=0)  # doctest: +SKIP
+        >>> new.replayed.array_result("clust").changed                              # doctest: +SKIP
+        """
+        self.check_array(array)
+        targets = [to] if isinstance(to, str) else list(to or [])
+        for t in targets:
+            self.check_array(t)
+        wf = self.workflow
+        dtype = wf.inputs[array].dtype if array in wf.inputs else wf.ops[array].out_dtype
+        mask = start_frontier(wf.array_shape(array), cells).mask
+        vals = replay_values(array, dtype, int(mask.sum()), value=value,
+                             values=None if values is None else np.asarray(values), nan=nan)
+        qx = QueryExecutor(self.loaded, log=False)  # a replay is not part of the workload
+
+        def reach(op: str, i: int, changed: np.ndarray) -> np.ndarray:
+            return qx.step(op, i, "forward", changed)[0]
+
+        if quiet is None:
+            quiet = os.environ.get("SUBZERO_QUIET", "0") not in ("", "0")
+        text = "NaN" if nan else ("given values" if values is not None else str(value))
+        try:
+            res = replay_run(self.loaded, array, mask, vals, reach, to=targets or None,
+                             value_text=text, spark=active_session(), where=where,
+                             notify=None if quiet else say)
+        finally:
+            qx.close()
+        out = Run(load_run(self.home, res.run), requested=res.run)
+        out.replayed = res
+        return out
 
 
 def _remember(cat: Catalog, rid: str, cells: dict[str, np.ndarray]) -> None:

@@ -40,5 +40,9 @@ class QueryError(SubZeroError):
     """A lineage query that cannot be answered as asked."""
 
 
+class ReplayError(SubZeroError):
+    """A what-if replay asked of a run, cells or values it cannot use."""
+
+
 class SparkError(SubZeroError):
     """Spark could not be started (Java missing or too old, bad master URL)."""

@@ -124,19 +124,29 @@ def cmd_runs(args: argparse.Namespace) -> int:
     runs = cat.runs()
     origins = cat.input_origins()
     keys = ("id", "workflow", "strategy", "status", "started", "runtime_s", "input_bytes",
-            "lineage_bytes", "error")
+            "lineage_bytes", "error", "parent", "derivation")
     if args.json:
         emit_json([{**{("run" if k == "id" else k): r[k] for k in keys},
                     "inputs": origins.get(r["id"], {})} for r in runs])
         return 0
-    rows = [(r["id"], r["workflow"], r["strategy"] or "-", r["status"],
+    rows = [(r["id"], r["workflow"], r["strategy"] or "-", r["status"], r.get("parent") or "-",
              time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started"])),
              "-" if r["runtime_s"] is None else f"{r['runtime_s']:.2f}",
-             human_bytes(r["input_bytes"]), data_kind(origins.get(r["id"])),
-             human_bytes(r["lineage_bytes"]), r["error"] or "") for r in runs]
-    print(table(rows, ("run", "workflow", "strategy", "status", "started", "runtime_s",
-                       "inputs", "data", "lineage", "note")) if rows else "no runs yet")
+             human_bytes(r["input_bytes"]),
+             data_kind(origins.get(r["id"]) or origins.get(r.get("parent") or "")),
+             human_bytes(r["lineage_bytes"]), r["error"] or _derived(r)) for r in runs]
+    print(table(rows, ("run", "workflow", "strategy", "status", "parent", "started",
+                       "runtime_s", "inputs", "data", "lineage", "note"))
+          if rows else "no runs yet")
     return 0
+
+
+def _derived(r: dict[str, Any]) -> str:
+    """How a derived run was made, in a few words (empty for a plain run)."""
+    d = r.get("derivation") or {}
+    if d.get("kind") != "replay":
+        return ""
+    return f"replay: {d.get('cells')} cells of {d.get('array')} set to {d.get('value')}"
 
 
 def cmd_show(args: argparse.Namespace) -> int:

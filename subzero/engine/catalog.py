@@ -317,6 +317,7 @@ class Catalog:
         d["params"] = _loads(d["params"])
         d["plan"] = _loads(d["plan"])
         d["chunking"] = _loads(d["chunking"])
+        d["derivation"] = _loads(d.get("derivation"))
         return d
 
     def runs(self) -> list[dict[str, Any]]:
@@ -327,8 +328,56 @@ class Catalog:
             d["params"] = _loads(d["params"])
             d["plan"] = _loads(d["plan"])
             d["chunking"] = _loads(d["chunking"])
+            d["derivation"] = _loads(d.get("derivation"))
             out.append(d)
         return out
+
+    # -- derived runs (a what-if replay) ---------------------------------------------------
+    def create_derived_run(self, parent: str, derivation: dict[str, Any]) -> str:
+        """A new ``running`` run derived from run ``parent`` (same workflow, parameters,
+        strategy, plan and chunking; ``runs.parent`` and ``runs.derivation`` set)."""
+        pid = os.getpid()
+        with self.tx() as db:
+            seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM runs").fetchone()[0]
+            rid = f"r{seq}"
+            cur = db.execute(
+                "INSERT INTO runs (id, seq, workflow, params, strategy, plan, status, pid, "
+                "pid_start, host, master, chunking, started, parent, derivation) "
+                "SELECT ?, ?, workflow, params, strategy, plan, 'running', ?, ?, ?, master, "
+                "chunking, ?, id, ? FROM runs WHERE id = ?",
+                (rid, seq, pid, _proc_start(pid), socket.gethostname(), time.time(),
+                 json.dumps(derivation, default=str), parent))
+            if cur.rowcount != 1:
+                raise CatalogError(f"unknown run {parent!r}")
+        return rid
+
+    def inherit_rows(self, parent: str, child: str, arrays: Any, operators: Any,
+                     skip_shards: Any = ()) -> None:
+        """Copy run ``parent``'s rows of the named ``arrays`` and ``operators`` (with their
+        statistics and shards, but the ``(op, chunk)`` pairs in ``skip_shards``) to run
+        ``child``, in one transaction: a derived run references the parent's shards, which
+        stay where they are."""
+        arrays, operators, skip = set(arrays), set(operators), set(skip_shards)
+        keep = {"arrays": lambda r: r["name"] in arrays,
+                "operators": lambda r: r["name"] in operators,
+                "op_stats": lambda r: r["op"] in operators,
+                "statistics": lambda r: r["op"] in operators or r["op"] == "*",
+                "shards": lambda r: r["op"] in operators and (r["op"], r["chunk"]) not in skip}
+        with self.tx() as db:
+            for table, want in keep.items():
+                cols = [r["name"] for r in db.execute(f"PRAGMA table_info({table})")]
+                rows = [dict(r) for r in db.execute(f"SELECT * FROM {table} WHERE run = ?",
+                                                    (parent,))]
+                db.executemany(
+                    f"INSERT INTO {table} ({', '.join(cols)}) "
+                    f"VALUES ({', '.join('?' * len(cols))})",
+                    [tuple(child if c == "run" else r[c] for c in cols)
+                     for r in rows if want(r)])
+
+    def derived_runs(self, parent: str) -> list[str]:
+        """The runs derived from run ``parent``, oldest first."""
+        return [r[0] for r in self.db.execute(
+            "SELECT id FROM runs WHERE parent = ? ORDER BY seq", (parent,))]
 
     # -- arrays and operators --------------------------------------------------------------
     def add_array(self, rid: str, name: str, shape: tuple, dtype: str, chunks: tuple,

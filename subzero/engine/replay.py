@@ -1,0 +1,505 @@
+"""What-if replay: a finished run again with some cells of one array changed, recomputing
+only what the change reaches, written as a new run derived from the original.
+
+:func:`replay_run` changes chosen cells of one array of a complete run (an input or an
+intermediate), then walks the operators downstream in run order. For each one whose inputs
+changed it asks ``reach(op, i, changed_mask)`` which output cells the changed cells of
+input ``i`` reach (the caller answers with the run's own lineage, :mod:`subzero.query`),
+recomputes only the tiles holding those cells with the run's tasks
+(:func:`subzero.engine.tasks.run_task`, capturing lineage with the operator's strategies),
+and compares the recomputed cells with the original: only the cells whose value really
+changed go on to the next operator. Sound lineage makes the result equal, bit for bit, to
+a full run on the changed data: a cell outside the forward lineage of every changed cell
+cannot change.
+
+The derived run is copy on write, in its own directory::
+
+    runs/<new>/workflow.pkl             a copy of the parent's
+    runs/<new>/arrays/<a>.zarr          unchanged arrays: a symbolic link to the parent's
+                                        changed arrays: a copy, recomputed tiles rewritten
+    runs/<new>/lineage/<op>/<s>/<c>/    the shards of recomputed chunks only
+
+Its catalog rows (``runs.parent``, ``runs.derivation``) reference the parent's shards for
+every chunk it did not recompute. Nothing of the parent's is ever written. The derived run
+is ``running`` while it is built and ``failed`` if the replay stops (an error here, or a
+killed process: the next catalog open reaps it).
+
+Tiles: an operator that stores lineage (its shards are per output chunk) or is global is
+recomputed by whole task chunks; any other by the bounding box of the reached cells in each
+chunk they touch (a 10 x 10 box stays a 10 x 10 recompute).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from encoders.store import remove_unpublished
+from subzero.cells import Box
+from subzero.chunking import chunk_key, task_grid
+from subzero.engine import arrays, layout
+from subzero.engine.catalog import Catalog
+from subzero.engine.runs import LoadedRun
+from subzero.engine.tasks import make_jobs, raise_task_error, run_jobs, run_task
+from subzero.errors import ReplayError, StoreError
+from subzero.modes import Strategy, capture_modes
+
+#: ``reach(op, i, changed)``: the output cells of ``op`` that the cells ``changed`` (a bool
+#: mask of input ``i``) reach, as a bool mask of the output (forward lineage, one step)
+Reach = Callable[[str, int, np.ndarray], np.ndarray]
+
+#: an operator whose recomputed cells exceed this runs its tiles as a Spark job (when a
+#: session is given); smaller ones run here (a Spark job costs ~0.1 s before any work)
+SPARK_CELLS = 1 << 22
+#: a changed array lists its changed cells when it has at most this many
+LIST_CELLS = 20
+
+
+@dataclass
+class ArrayReplay:
+    """What the replay did to one array."""
+
+    name: str
+    shape: tuple[int, ...]
+    reached: int  # cells the forward lineage of the changes reached
+    changed: int  # cells whose value differs from the parent's
+    tiles: int  # tiles recomputed
+    tiles_total: int  # task chunks of a full run
+    recomputed: int  # cells recomputed
+    elapsed_s: float
+    cells: list[list[int]] | None = None  # the changed cells, when few
+
+    def to_json(self) -> dict[str, Any]:
+        return {"array": self.name, "shape": list(self.shape), "reached": self.reached,
+                "changed": self.changed, "tiles": self.tiles, "tiles_total": self.tiles_total,
+                "recomputed_cells": self.recomputed, "elapsed_s": self.elapsed_s,
+                "cells": self.cells}
+
+
+@dataclass
+class ReplayResult:
+    """A finished replay: the derived run and what changed (the CLI's ``--json``)."""
+
+    run: str
+    parent: str
+    workflow: str
+    array: str
+    cells: int  # cells set
+    value: str  # what they were set to
+    arrays: list[ArrayReplay] = field(default_factory=list)  # the set array, then recomputed
+    outputs: list[str] = field(default_factory=list)
+    not_replayed: list[str] = field(default_factory=list)  # reached but beyond ``to``
+    recomputed_cells: int = 0
+    full_cells: int = 0  # cells every operator of a full run computes
+    runtime_s: float = 0.0
+    parent_runtime_s: float | None = None
+
+    def array_result(self, name: str) -> ArrayReplay | None:
+        return next((a for a in self.arrays if a.name == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run": self.run, "parent": self.parent, "workflow": self.workflow,
+                "array": self.array, "cells": self.cells, "value": self.value,
+                "outputs": self.outputs, "arrays": [a.to_json() for a in self.arrays],
+                "not_replayed": self.not_replayed, "recomputed_cells": self.recomputed_cells,
+                "full_cells": self.full_cells,
+                "recomputed_fraction": self.recomputed_cells / max(1, self.full_cells),
+                "runtime_s": self.runtime_s, "parent_runtime_s": self.parent_runtime_s}
+
+
+# -- the new values -------------------------------------------------------------------------
+def replay_values(array: str, dtype: Any, n: int, value: Any = None,
+                  values: np.ndarray | None = None, nan: bool = False) -> np.ndarray:
+    """The ``n`` values the chosen cells of ``array`` (of ``dtype``) get: one ``value``
+    (a number, or text as given on the command line), ``values`` (one per cell, in C order
+    of the cells), or NaN; checked against the array's dtype.
+
+    >>> replay_values("exp1", "uint16", 2, value="7").tolist()
+    [7, 7]
+    >>> replay_values("exp1", "uint16", 1, value="1.5")
+    Traceback (most recent call last):
+    ...
+    subzero.errors.ReplayError: --set '1.5': array exp1 holds uint16; expected an integer from 0 to 65535
+    """
+    dtype = np.dtype(dtype)
+    if sum((value is not None, values is not None, bool(nan))) != 1:
+        raise ReplayError("give exactly one of a value (--set), values (--values) or --nan")
+    if nan:
+        if dtype.kind not in "fc":
+            raise ReplayError(f"--nan: array {array} holds {dtype}; NaN needs a float array")
+        return np.full(n, np.nan, dtype=dtype)
+    if value is not None:
+        return np.full(n, _scalar(array, dtype, value), dtype=dtype)
+    vals = np.asarray(values)
+    if vals.size != n:
+        raise ReplayError(f"--values holds {vals.size} values of shape {vals.shape}; "
+                          f"expected one per chosen cell of {array} ({n})")
+    vals = vals.reshape(-1)
+    if dtype.kind in "UOT":
+        if vals.dtype.kind not in "UOT":
+            raise ReplayError(f"--values of dtype {vals.dtype}: array {array} holds text; "
+                              "expected strings")
+        return vals.astype(str)
+    fits = {"b": "b", "i": "biu", "u": "biu", "f": "biuf", "c": "biufc"}.get(dtype.kind, "")
+    if vals.dtype.kind not in fits:
+        raise ReplayError(f"--values of dtype {vals.dtype} cannot go into array {array} of "
+                          f"dtype {dtype} (expected {dtype} or another "
+                          f"{'integer' if dtype.kind in 'iu' else dtype.kind} type)")
+    if dtype.kind in "iu" and vals.size:
+        info = np.iinfo(dtype)
+        lo, hi = vals.min(), vals.max()
+        if lo < info.min or hi > info.max:
+            bad = lo if lo < info.min else hi
+            raise ReplayError(f"--values holds {bad}, outside the range of array {array} "
+                              f"({dtype}: {info.min} to {info.max})")
+    return vals.astype(dtype)
+
+
+def _scalar(array: str, dtype: np.dtype, value: Any) -> Any:
+    text = str(value).strip()
+    if dtype.kind in "UOT":
+        return str(value)
+    if dtype.kind == "b":
+        if text.lower() in ("1", "true"):
+            return True
+        if text.lower() in ("0", "false"):
+            return False
+        raise ReplayError(f"--set {text!r}: array {array} holds bool; expected true or false")
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        try:
+            v = int(text, 10)
+        except ValueError:
+            v = None
+        if v is None or not info.min <= v <= info.max:
+            raise ReplayError(f"--set {text!r}: array {array} holds {dtype}; expected an "
+                              f"integer from {info.min} to {info.max}")
+        return v
+    try:
+        return dtype.type(float(text))
+    except (TypeError, ValueError):
+        raise ReplayError(f"--set {text!r}: array {array} holds {dtype}; expected a number") \
+            from None
+
+
+# -- comparing ------------------------------------------------------------------------------
+def differs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cells whose values differ bit for bit (NaN equals the same NaN; -0.0 is not 0.0).
+
+    >>> differs(np.array([1.0, np.nan, 0.0]), np.array([1.0, np.nan, -0.0])).tolist()
+    [False, False, True]
+    """
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind in "biufc" and a.dtype == b.dtype and a.dtype.itemsize in (1, 2, 4, 8):
+        view = np.dtype(f"u{a.dtype.itemsize}")
+        return np.ascontiguousarray(a).view(view) != np.ascontiguousarray(b).view(view)
+    return np.asarray(a != b, dtype=bool)
+
+
+def _bbox(mask: np.ndarray, within: Box) -> Box | None:
+    """The bounding box of ``mask``'s cells inside ``within`` (global coordinates)."""
+    sub = mask[within.slices]
+    if not sub.any():
+        return None
+    lo, hi = [], []
+    for ax in range(sub.ndim):
+        other = tuple(k for k in range(sub.ndim) if k != ax)
+        idx = np.flatnonzero(sub.any(axis=other) if other else sub)
+        lo.append(within.lo[ax] + int(idx[0]))
+        hi.append(within.lo[ax] + int(idx[-1]) + 1)
+    return Box(tuple(lo), tuple(hi))
+
+
+# -- the derived run ------------------------------------------------------------------------
+@dataclass
+class _Derived:
+    parent: LoadedRun
+    rid: str
+    home: Path
+    cat: Catalog
+    recomputed: dict[str, set[str]] = field(default_factory=dict)  # op -> chunk keys
+    shard_rows: list[dict[str, Any]] = field(default_factory=list)
+    present: set[str] = field(default_factory=set)  # arrays the derived run holds
+    written: set[str] = field(default_factory=set)  # arrays it holds its own copy of
+
+    def path(self, name: str) -> Path:
+        return layout.array_path(self.home, self.rid, name)
+
+    def parent_path(self, name: str) -> Path:
+        return layout.array_path(self.home, self.parent.id, name)
+
+    def link(self, name: str) -> None:
+        """Reference the parent's array (unchanged): a relative symbolic link."""
+        target = os.path.relpath(self.parent_path(name).resolve(), self.path(name).parent)
+        os.symlink(target, self.path(name), target_is_directory=True)
+        self.present.add(name)
+
+    def ensure(self, name: str) -> None:
+        """Array ``name`` in the derived run: the parent's, linked, unless already there."""
+        if name not in self.present:
+            self.link(name)
+
+    def copy(self, name: str, whole: bool) -> None:
+        """The derived run's own copy of array ``name`` to rewrite tiles of: the parent's
+        (every chunk file copied, never linked), or a new empty array when ``whole`` will be
+        rewritten."""
+        info = self.parent.arrays[name]
+        if whole:
+            op = self.parent.workflow.ops[name]
+            arrays.create_array(self.path(name), op.out_shape, op.out_dtype, info["chunks"])
+        else:
+            shutil.copytree(self.parent_path(name).resolve(), self.path(name), symlinks=False)
+        self.present.add(name)
+        self.written.add(name)
+
+
+def _set_cells(d: _Derived, name: str, mask: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Write ``values`` into the cells ``mask`` of the derived run's copy of ``name``;
+    returns the mask of cells whose value changed."""
+    box = _bbox(mask, Box.full(mask.shape))
+    changed = np.zeros(mask.shape, dtype=bool)
+    d.copy(name, whole=False)
+    if box is None:
+        return changed
+    old = arrays.read_box(d.parent_path(name), box)
+    new = old.copy()
+    sub = mask[box.slices]
+    new[sub] = values
+    arrays.write_block(d.path(name), box, new)
+    changed[box.slices] = differs(old, new)
+    return changed
+
+
+def _tiles(op: Any, chunks: Sequence[int], reach: np.ndarray, by_chunk: bool
+           ) -> list[tuple[tuple[int, ...], Box]]:
+    """The output tiles to recompute for the reached cells ``reach``."""
+    out = []
+    for idx, box in task_grid(op, chunks):
+        if by_chunk:
+            if reach[box.slices].any():
+                out.append((idx, box))
+        else:
+            b = _bbox(reach, box)
+            if b is not None:
+                out.append((idx, b))
+    return out
+
+
+def _row(name: str, s: dict[str, Any], home: Path) -> dict[str, Any]:
+    """The catalog row of a shard a recomputed task wrote (as a run records it)."""
+    return {"op": name, "strategy": s["strategy"], "chunk": s["chunk"],
+            "path": os.path.relpath(s["path"], home),
+            "data_bytes": s.get("data_bytes", 0), "index_bytes": s.get("index_bytes", 0),
+            "pairs": s.get("pairs", 0), "out_cells": s.get("out_cells", 0),
+            "in_cells": s.get("in_cells", 0), "fanin": s.get("fanin"),
+            "fanout": s.get("fanout"), "encode_s": s.get("encode_s"),
+            "attempt": s.get("attempt", 0)}
+
+
+def _recompute(d: _Derived, name: str, reach: np.ndarray, spark: Any, where: str
+               ) -> tuple[ArrayReplay, np.ndarray]:
+    """Recompute the tiles of operator ``name`` holding the cells ``reach`` into the
+    derived run (lineage captured with the operator's strategies); the cells that changed."""
+    t0 = time.perf_counter()
+    run, wf = d.parent, d.parent.workflow
+    op, node = wf.ops[name], wf.nodes[name]
+    strategies: list[Strategy] = run.strategies(name)
+    stored = [s for s in strategies if s.stored]
+    chunks = run.chunks(name)
+    grid = task_grid(op, chunks)
+    tiles = _tiles(op, chunks, reach, by_chunk=bool(stored) or op.parallelism.kind == "global")
+    cells = int(sum(b.size for _, b in tiles))
+    for src in node.inputs:
+        d.ensure(src)
+    d.copy(name, whole=cells == int(np.prod(op.out_shape, dtype=np.int64)))
+    jobs = make_jobs(d.home, d.rid, op, [d.path(s) for s in node.inputs], d.path(name),
+                     tiles, stored, capture_modes(strategies))
+    use_spark = where == "spark" or (where == "auto" and spark is not None
+                                     and cells > SPARK_CELLS and len(jobs) > 1)
+    changed = np.zeros(op.out_shape, dtype=bool)
+    if use_spark:
+        results = run_jobs(jobs, spark, f"{d.rid}: replay {name}")
+        raise_task_error(name, results)
+        blocks = [(j.chunk.out_box, arrays.read_box(d.path(name), j.chunk.out_box))
+                  for j in jobs]
+    else:
+        results, blocks = [], []
+        for j in jobs:
+            memory: dict[str, Any] = {}
+            res = run_task(j, memory)
+            results.append(res)
+            raise_task_error(name, [res])
+            blocks.append(memory[name])
+    for box, new in blocks:
+        old = arrays.read_box(d.parent_path(name), box)
+        changed[box.slices] = differs(old, np.asarray(new, dtype=old.dtype)
+                                      if old.dtype.kind not in "UOT" else new)
+    for s in stored:
+        remove_unpublished(layout.strategy_dir(d.home, d.rid, name, s.name))
+    keys = set()
+    for res in results:
+        for s in res["shards"]:
+            if s.get("path"):
+                d.shard_rows.append(_row(name, s, d.home))
+                keys.add(s["chunk"])
+    d.recomputed[name] = {chunk_key(idx) for idx, _ in tiles} if stored else keys
+    return ArrayReplay(name, tuple(op.out_shape), int(np.count_nonzero(reach)),
+                       int(np.count_nonzero(changed)), len(tiles), len(grid), cells,
+                       time.perf_counter() - t0, _few(changed)), changed
+
+
+def _few(mask: np.ndarray) -> list[list[int]] | None:
+    n = int(np.count_nonzero(mask))
+    return np.argwhere(mask).tolist() if 0 < n <= LIST_CELLS else None
+
+
+def _needed(wf: Any, start: str, to: Sequence[str] | None) -> set[str]:
+    """The operators to replay: downstream of ``start`` and, when ``to`` is given, upstream
+    of (or one of) those arrays."""
+    down: set[str] = set()
+    for name in wf.order:
+        if any(s == start or s in down for s in wf.nodes[name].inputs):
+            down.add(name)
+    if not to:
+        return down
+    up: set[str] = set()
+    todo = [t for t in to if t in wf.nodes]
+    while todo:
+        n = todo.pop()
+        if n not in up:
+            up.add(n)
+            todo.extend(s for s in wf.nodes[n].inputs if s in wf.nodes)
+    return down & up
+
+
+def _sinks(wf: Any) -> list[str]:
+    used = {s for node in wf.nodes.values() for s in node.inputs}
+    return [n for n in wf.order if n not in used]
+
+
+def check_status(info: dict[str, Any]) -> None:
+    """Only a complete run (its catalog row ``info``) can be replayed."""
+    status = info.get("status")
+    if status != "complete":
+        err = f" ({info['error']})" if info.get("error") else ""
+        raise ReplayError(f"run {info['id']} is {status}{err}; only a complete run can be "
+                          "replayed")
+
+
+def check_replay(run: LoadedRun, array: str, to: Sequence[str] | None) -> None:
+    """A run that can be replayed from ``array`` to ``to``: complete, holding them."""
+    check_status(run.info)
+    for name in [array, *(to or [])]:
+        if name not in run.arrays:
+            raise StoreError(f"run {run.id} has no array {name!r} (arrays: "
+                             f"{', '.join(run.arrays)})")
+    down = _needed(run.workflow, array, None)
+    for t in to or []:
+        if t not in down:
+            raise ReplayError(f"--to {t}: array {t} is not downstream of {array} in run "
+                              f"{run.id} (downstream: {', '.join(sorted(down)) or 'none'})")
+
+
+def replay_run(parent: LoadedRun, array: str, mask: np.ndarray, values: np.ndarray,
+               reach: Reach, to: Sequence[str] | None = None, value_text: str = "",
+               spark: Any = None, where: str = "auto",
+               notify: Callable[[str], None] | None = None) -> ReplayResult:
+    """Replay ``parent`` with the cells ``mask`` of ``array`` set to ``values`` (one per
+    cell, C order); returns the derived run's :class:`ReplayResult` (see the module
+    docstring). ``to`` limits the replay to the operators those arrays need (the others
+    the change reaches are left out of the derived run). ``where``: ``"auto"`` (Spark for
+    operators with more than :data:`SPARK_CELLS` cells to recompute, when ``spark`` is
+    given), ``"driver"`` or ``"spark"``.
+    """
+    check_replay(parent, array, to)
+    wf = parent.workflow
+    mask = np.asarray(mask, dtype=bool)
+    if mask.shape != tuple(parent.arrays[array]["shape"]):
+        raise ReplayError(f"the cells' mask has shape {mask.shape}; array {array} has shape "
+                          f"{tuple(parent.arrays[array]['shape'])}")
+    n = int(np.count_nonzero(mask))
+    if n == 0:
+        raise ReplayError(f"no cells of {array} chosen; expected at least one")
+    needed = _needed(wf, array, to)
+    outputs = list(to) if to else [a for a in _sinks(wf) if a in needed]
+    derivation = {"kind": "replay", "array": array, "cells": n, "value": value_text,
+                  "to": list(to or [])}
+    home = parent.home
+    cat = Catalog(layout.catalog_path(home))
+    t_start = time.perf_counter()
+    rid = cat.create_derived_run(parent.id, derivation)
+    d = _Derived(parent, rid, home, cat)
+    res = ReplayResult(rid, parent.id, wf.name, array, n, value_text, outputs=outputs,
+                       parent_runtime_s=parent.info.get("runtime_s"))
+    try:
+        layout.arrays_dir(home, rid).mkdir(parents=True, exist_ok=False)
+        shutil.copyfile(layout.workflow_path(home, parent.id), layout.workflow_path(home, rid))
+        t0 = time.perf_counter()
+        changed = {array: _set_cells(d, array, mask, values)}
+        res.arrays.append(ArrayReplay(array, mask.shape, n, int(changed[array].sum()), 0, 0, 0,
+                                      time.perf_counter() - t0, _few(changed[array])))
+        for name in wf.order:
+            if name == array:
+                continue
+            node = wf.nodes[name]
+            hit = [(i, s) for i, s in enumerate(node.inputs)
+                   if s in changed and changed[s].any()]
+            if not hit:
+                continue
+            if name not in needed:
+                res.not_replayed.append(name)
+                continue
+            op = wf.ops[name]
+            if any(changed[s].all() for _, s in hit):
+                got = np.ones(op.out_shape, dtype=bool)  # a superset; the diff narrows it
+            else:
+                got = np.zeros(op.out_shape, dtype=bool)
+                for i, s in hit:
+                    got |= np.asarray(reach(name, i, changed[s]), dtype=bool)
+            if not got.any():
+                continue
+            one, changed[name] = _recompute(d, name, got, spark, where)
+            res.arrays.append(one)
+            if notify is not None:
+                notify(f"replayed {name}: {one.tiles}/{one.tiles_total} tiles, "
+                       f"{one.changed} cells changed")
+        _finish(d, res, t_start)
+        return res
+    except BaseException as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        cat.finish_run(rid, "failed", error=f"replay: {msg}",
+                       runtime_s=time.perf_counter() - t_start)
+        raise
+    finally:
+        cat.close()
+
+
+def _finish(d: _Derived, res: ReplayResult, t_start: float) -> None:
+    """Link every array the replay did not write, record the derived run's rows, mark it
+    complete."""
+    wf = d.parent.workflow
+    gone = set(res.not_replayed)
+    for name in [*wf.inputs, *wf.order]:
+        if name in d.parent.arrays and name not in d.present and name not in gone:
+            d.link(name)
+    ops = [n for n in wf.order if n not in gone]
+    d.cat.inherit_rows(d.parent.id, d.rid, arrays=sorted(d.present), operators=ops,
+                       skip_shards={(op, c) for op, cs in d.recomputed.items() for c in cs})
+    d.cat.add_shards(d.rid, d.shard_rows)
+    for name in d.written:
+        d.cat.set_array_bytes(d.rid, name, arrays.stored_bytes(d.path(name)))
+    full = sum(int(np.prod(wf.ops[n].out_shape, dtype=np.int64)) for n in wf.order)
+    res.full_cells = full
+    res.recomputed_cells = sum(a.recomputed for a in res.arrays)
+    res.runtime_s = time.perf_counter() - t_start
+    lineage = sum((r["data_bytes"] or 0) + (r["index_bytes"] or 0)
+                  for r in d.cat.shards(d.rid))
+    d.cat.finish_run(d.rid, "complete", runtime_s=res.runtime_s,
+                     input_bytes=d.parent.info.get("input_bytes"), lineage_bytes=lineage,
+                     array_bytes=sum(arrays.stored_bytes(d.path(n)) for n in d.written))

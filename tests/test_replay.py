@@ -1,0 +1,354 @@
+"""What-if replay (``subzero replay``, ``Run.replay``): a derived run equals, bit for bit,
+a full run of the workflow on the changed data; the parent is never modified; the derived
+run answers lineage queries; bad input is one line and exit 2."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import workflows
+from subzero import Box
+from subzero.api import Home
+from subzero.chunking import Chunking
+from subzero.cli.main import main
+from subzero.engine.catalog import Catalog
+from subzero.engine.replay import differs, replay_values
+from subzero.engine.runner import run_workflow
+from subzero.errors import ReplayError
+from subzero.frontier import start_frontier
+from subzero.workflow import Workflow
+from tests.conftest import ROOT
+
+# workflow -> (build parameters, strategy, chunks per axis)
+PARENTS = {
+    "example": ({"shape": "160x96"}, "subzero", (4, 2)),
+    "astronomy": ({"shape": "160x96", "seed": 3}, "subzero", (4, 2)),
+    "genomics": ({"scale": 3, "patients": 40}, "full-one", None),
+}
+
+
+def _digest(path: Path) -> dict[str, str]:
+    """Every file under ``path`` (following no link) with its SHA-256."""
+    out = {}
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            p = Path(root, f)
+            out[str(p.relative_to(path))] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+@pytest.fixture(scope="module")
+def parents(spark, tmp_path_factory):
+    """One parent run per built-in workflow, in one home (made on first use)."""
+    home = tmp_path_factory.mktemp("replay-home")
+    made: dict[str, object] = {}
+
+    def get(name: str):
+        if name not in made:
+            params, strategy, split = PARENTS[name]
+            wf = workflows.build(name, **params)
+            res = run_workflow(wf, home, strategy=strategy, spark=spark,
+                               chunking=Chunking(split=split) if split else None)
+            made[name] = Home(home).get(res.run)
+        return made[name]
+
+    return get
+
+
+def _reference(run, array: str, data: np.ndarray, home: Path, spark) -> dict[str, np.ndarray]:
+    """A full run of ``run``'s workflow with ``array`` holding ``data`` (every other input
+    as the run stored it; an intermediate ``array`` becomes an input, its producer is not
+    run), with the run's strategy and chunking: every array it computes."""
+    wf0 = run.workflow
+    wf = Workflow(wf0.name, params=wf0.params)
+    wf.plans = dict(wf0.plans)
+    for name, spec in wf0.inputs.items():
+        value = data if name == array else run.array(name)
+        wf.input(name, spec.shape, spec.dtype, source=lambda v=value: v,
+                 auxiliary=spec.auxiliary)
+    if array in wf0.nodes:
+        op = wf0.ops[array]
+        wf.input(array, op.out_shape, op.out_dtype, source=lambda: data)
+    for name in wf0.order:
+        if name != array:
+            wf.add(name, wf0.nodes[name].op, *wf0.nodes[name].inputs)
+    info = run.loaded.info
+    res = run_workflow(wf, home, strategy=info["strategy"], spark=spark,
+                       chunking=Chunking.from_json(info["chunking"]))
+    ref = Home(home).get(res.run)
+    return {name: ref.array(name) for name in ref.arrays}
+
+
+def _changed_input(run, array: str, cells, value) -> np.ndarray:
+    data = run.array(array).copy()
+    mask = start_frontier(data.shape, cells).mask
+    data[mask] = value
+    return data
+
+
+# (workflow, array, cells, value, what the cells are)
+CASES = [
+    ("example", "image", Box((70, 40), (80, 50)), 60000, "middle"),
+    ("example", "image", Box((36, 44), (44, 52)), 0, "chunk border"),
+    ("example", "smooth", Box((10, 10), (12, 90)), 1e6, "global operator's input"),
+    ("astronomy", "exp1", Box((75, 40), (85, 50)), 60000, "middle"),
+    ("astronomy", "exp1", Box((38, 46), (42, 50)), 9000, "chunk border"),
+    ("astronomy", "flatcorrect2", Box((100, 10), (103, 13)), -50.0, "global operator's input"),
+    ("astronomy", "rmcr", Box((60, 30), (66, 36)), 5000.0, "global operator's input"),
+    ("genomics", "table", Box((3, 10), (6, 30)), "0.0", "middle"),
+    ("genomics", "transpose", Box((0, 0), (120, 2)), "9.5", "global operator's input"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("wf_name,array,cells,value,where", CASES,
+                         ids=[f"{c[0]}-{c[1]}-{c[4].replace(' ', '-')}" for c in CASES])
+def test_replay_equals_a_full_run_on_the_changed_data(parents, spark, tmp_path, wf_name,
+                                                      array, cells, value, where):
+    run = parents(wf_name)
+    before = _digest(run.home / "runs" / run.id)
+    new = run.replay(array, cells, value=value, quiet=True)
+    assert _digest(run.home / "runs" / run.id) == before  # the parent is untouched
+    ref = _reference(run, array, _changed_input(run, array, cells, value), tmp_path / "ref",
+                     spark)
+    assert set(ref) == set(new.arrays)
+    for name, want in ref.items():
+        got = new.array(name)
+        assert got.dtype == want.dtype, name
+        assert not differs(got, want).any(), f"{name} differs from a full run ({where})"
+    res = new.replayed
+    for a in res.arrays[1:]:  # what it says changed is what did
+        assert a.changed == int(differs(run.array(a.name), new.array(a.name)).sum()), a.name
+        assert a.recomputed <= int(np.prod(a.shape))
+    assert res.recomputed_cells < res.full_cells or where == "global operator's input"
+    cat = Catalog(run.home / "catalog.sqlite")
+    try:
+        info = cat.run(new.id)
+    finally:
+        cat.close()
+    assert (info["status"], info["parent"]) == ("complete", run.id)
+    assert info["derivation"]["array"] == array and info["derivation"]["kind"] == "replay"
+
+
+@pytest.mark.slow
+def test_replay_recomputes_only_the_tiles_the_change_reaches(parents):
+    """A change that no global operator sees: only the tiles around it are recomputed, and
+    arrays it does not reach are links to the parent's."""
+    run = parents("example")
+    new = run.replay("smooth", [(5, 5)], value=1e9, to="residual", quiet=True)
+    res = new.replayed
+    assert [a.name for a in res.arrays] == ["smooth", "background", "residual"]
+    assert res.not_replayed == ["bright"]
+    assert "bright" not in new.arrays
+    # image, calibrate and smooth's producer are untouched: links to the parent's arrays
+    link = new.home / "runs" / new.id / "arrays" / "calibrate.zarr"
+    assert link.is_symlink() and link.resolve() == (
+        run.home / "runs" / run.id / "arrays" / "calibrate.zarr").resolve()
+    assert not (new.home / "runs" / new.id / "arrays" / "smooth.zarr").is_symlink()
+    new2 = run.replay("image", [(5, 5)], value=0, to="smooth", quiet=True)
+    got = {a.name: a for a in new2.replayed.arrays}
+    assert got["calibrate"].recomputed == 1
+    assert got["smooth"].recomputed == 9  # the 3x3 stencil's reach, not its chunk
+    assert got["smooth"].tiles == 1 and got["smooth"].tiles_total == 8
+
+
+@pytest.mark.slow
+def test_derived_run_answers_lineage_queries(parents):
+    """Backward lineage of a recomputed tile in the derived run: the UDF's stored lineage
+    of the replayed chunks, and every changed output cell traces back to the set cells."""
+    run = parents("astronomy")
+    box = Box((75, 40), (85, 50))
+    new = run.replay("exp1", box, value=60000, quiet=True)
+    cat = Catalog(run.home / "catalog.sqlite")
+    try:
+        mine = cat.shards(new.id, "cr1")
+        theirs = cat.shards(run.id, "cr1")
+    finally:
+        cat.close()
+    assert mine and len(mine) == len(theirs)
+    own = [r for r in mine if r["path"].startswith(f"runs/{new.id}/")]
+    assert own, "the recomputed chunks of cr1 have their own shards"
+    assert all(r["path"].startswith(f"runs/{run.id}/") for r in mine if r not in own)
+    changed = differs(run.array("clust"), new.array("clust"))
+    flags = differs(run.array("cr1"), new.array("cr1"))
+    assert flags.any()
+    res = new.backward(flags, start="cr1", path=[("cr1", 0)])
+    assert res.count >= int(flags.sum())
+    fwd = new.forward(box, start="exp1", to="rmoverscan1")
+    assert fwd.mask[box.slices].all()
+    if changed.any():
+        back = new.backward(changed, start="clust", to="exp1")
+        assert back.count > 0
+
+
+def test_replay_values_checks_the_dtype():
+    assert replay_values("a", "float32", 3, nan=True).dtype == np.float32
+    assert replay_values("a", "int16", 2, values=np.array([1, -2], np.int8)).tolist() == [1, -2]
+    for kwargs, expect in [
+        ({"value": "1.5"}, "--set '1.5': array a holds uint16"),
+        ({"value": "70000"}, "expected an integer from 0 to 65535"),
+        ({"value": "x"}, "--set 'x'"),
+        ({"nan": True}, "--nan: array a holds uint16"),
+        ({"values": np.array([1.0, 2.0])}, "--values of dtype float64 cannot go into array a"),
+        ({"values": np.array([1, 2, 3])}, "--values holds 3 values"),
+        ({"values": np.array([1, 70000])}, "--values holds 70000"),
+        ({}, "give exactly one of"),
+    ]:
+        with pytest.raises(ReplayError, match=expect.replace("(", r"\(").replace("'", "'")):
+            replay_values("a", "uint16", 2, **kwargs)
+    with pytest.raises(ReplayError, match="expected a number"):
+        replay_values("a", "float64", 1, value="abc")
+
+
+def _cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.slow
+def test_cli_replay_and_runs_show_the_derived_run(parents, capsys):
+    run = parents("example")
+    home = str(run.home)
+    code, out, err = _cli(capsys, "replay", run.id, "--home", home, "--from", "image",
+                          "--cells", "70,40;71,41", "--set", "65000", "--to", "bright")
+    assert code == 0, err
+    assert f"replay of run {run.id} (example), 2 cells of image set to 65000" in out
+    assert "output bright:" in out and "a full re-run computes" in out
+    new = out.split()[1].rstrip(":")
+    code, out, err = _cli(capsys, "runs", "--home", home)
+    line = next(ln for ln in out.splitlines() if ln.startswith(new + " "))
+    assert f" {run.id} " in line and "replay: 2 cells of image" in line
+    code, out, _ = _cli(capsys, "runs", "--home", home, "--json")
+    row = next(r for r in json.loads(out) if r["run"] == new)
+    assert row["parent"] == run.id and row["derivation"]["cells"] == 2
+    np.save(Path(home) / "vals.npy", np.array([1.0, 2.0, 3.0]))
+    code, out, err = _cli(capsys, "replay", run.id, "--home", home, "--from", "calibrate",
+                          "--box", "0:1,0:3", "--values", str(Path(home) / "vals.npy"),
+                          "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["parent"] == run.id and doc["arrays"][0]["changed"] == 3
+    assert Home(home).get(doc["run"]).array("calibrate")[0, :3].tolist() == [1.0, 2.0, 3.0]
+
+
+@pytest.mark.slow
+def test_cli_bad_input_is_one_line_and_exit_2(parents, capsys, tmp_path):
+    run = parents("example")
+    home = str(run.home)
+    cat = Catalog(run.home / "catalog.sqlite")
+    try:
+        failed = cat.create_run("example", {}, "subzero", {})
+        cat.finish_run(failed, "failed", error="boom")
+        running = cat.create_run("example", {}, "subzero", {})
+        n_runs = len(cat.runs())
+    finally:
+        cat.close()
+    np.save(tmp_path / "f.npy", np.array([1.5]))
+    base = ("replay", run.id, "--home", home)
+    cases = [
+        ((*base, "--from", "image", "--cells", "1,1", "--set", "1.5"),
+         "--set '1.5': array image holds uint16"),
+        ((*base, "--from", "image", "--cells", "1,1", "--values", str(tmp_path / "f.npy")),
+         "--values of dtype float64 cannot go into array image of dtype uint16"),
+        ((*base, "--from", "image", "--cells", "1,1", "--nan"), "--nan: array image"),
+        ((*base, "--from", "image", "--cells", "500,1", "--set", "3"), "500"),
+        ((*base, "--from", "image", "--box", "0:5,90:200", "--set", "3"), "200"),
+        ((*base, "--from", "nosuch", "--cells", "1,1", "--set", "3"), "'nosuch'"),
+        ((*base, "--from", "image", "--cells", "1,1", "--set", "3", "--to", "nosuch"),
+         "'nosuch'"),
+        ((*base, "--from", "smooth", "--cells", "1,1", "--set", "3", "--to", "calibrate"),
+         "--to calibrate"),
+        (("replay", failed, "--home", home, "--from", "image", "--cells", "1,1", "--set", "3"),
+         f"run {failed} is failed (boom)"),
+        (("replay", running, "--home", home, "--from", "image", "--cells", "1,1", "--set", "3"),
+         f"run {running} is running"),
+        ((*base, "--from", "image", "--cells", "1,1"), "give exactly one of --set"),
+        ((*base, "--from", "image", "--cells", "1,1", "--set", "3", "--nan"),
+         "give exactly one of --set"),
+    ]
+    for argv, expect in cases:
+        code, out, err = _cli(capsys, *argv)
+        assert code == 2, (argv, out, err)
+        assert err.startswith("subzero: error: ") and len(err.strip().splitlines()) == 1, err
+        assert expect in err, (expect, err)
+    cat = Catalog(run.home / "catalog.sqlite")
+    try:
+        assert len(cat.runs()) == n_runs  # no bad input left a derived run behind
+        cat.finish_run(running, "failed", error="test")
+    finally:
+        cat.close()
+
+
+_KILLED = """
+import sys, time
+import subzero.engine.replay as rp
+from subzero.api import Home
+
+real = rp._recompute
+def slow(d, name, *a, **k):
+    out = real(d, name, *a, **k)
+    print("recomputed", name, d.rid, flush=True)
+    time.sleep(60)
+    return out
+rp._recompute = slow
+Home(sys.argv[1]).get(sys.argv[2]).replay("image", [(70, 40)], value=0, quiet=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_killed_replay_leaves_the_parent_untouched_and_the_derived_run_failed(parents):
+    run = parents("example")
+    before = _digest(run.home / "runs" / run.id)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.Popen([sys.executable, "-c", _KILLED, str(run.home), run.id],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = p.stdout.readline()
+        assert line.startswith("recomputed calibrate"), (line, p.stderr.read())
+        derived = line.split()[2]
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert _digest(run.home / "runs" / run.id) == before
+    cat = Catalog(run.home / "catalog.sqlite")  # opening reaps the dead process's run
+    try:
+        info = cat.run(derived)
+    finally:
+        cat.close()
+    assert info["status"] == "failed" and info["parent"] == run.id
+    assert Home(run.home).get(run.id).array("calibrate").shape == (160, 96)
+
+
+@pytest.mark.slow
+def test_a_replay_that_fails_marks_the_derived_run_failed(parents, monkeypatch):
+    import subzero.engine.replay as rp
+
+    run = parents("example")
+    before = _digest(run.home / "runs" / run.id)
+
+    def broken(*a, **k):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(rp, "_recompute", broken)
+    with pytest.raises(RuntimeError, match="disk full"):
+        run.replay("image", [(1, 1)], value=0, quiet=True)
+    cat = Catalog(run.home / "catalog.sqlite")
+    try:
+        last = cat.runs()[-1]
+    finally:
+        cat.close()
+    assert (last["status"], last["parent"]) == ("failed", run.id)
+    assert "disk full" in last["error"]
+    assert _digest(run.home / "runs" / run.id) == before
