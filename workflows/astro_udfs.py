@@ -31,12 +31,13 @@ Examples
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
 from operators.base import UDF, box_neighbours
-from subzero.cells import Ragged, dilate, to_coords
+from subzero.cells import Ragged, as_linear, dilate, to_coords
 from subzero.errors import CellError, ShapeError, WorkflowError
 from subzero.modes import Mode
 from subzero.operator import GLOBAL, Parallelism, stencil
@@ -44,8 +45,10 @@ from subzero.runtime import TaskContext
 
 Shape = tuple[int, ...]
 
-#: Backward radius of a cosmic-ray candidate's output (see :class:`CosmicRayDetect`).
+#: Backward radius of a cosmic-ray candidate's output at most (see :class:`CosmicRayDetect`).
 CR_RADIUS = 6
+#: Reach of S' (and of the fine-structure ratio) at one pixel: the box that decides it.
+SP_RADIUS = 4
 #: Half-width of the cosmic-ray removal window (5 x 5).
 RMCR_RADIUS = 2
 #: Payload tags of :class:`StarDetect`.
@@ -229,6 +232,28 @@ def detect_cosmic_rays(x: np.ndarray, gain: float = 2.2, readnoise: float = 10.0
     >>> np.argwhere(detect_cosmic_rays(x)).tolist()
     [[4, 7]]
     """
+    return lacosmic(x, gain, readnoise, sigclip, sigfrac, objlim, sky, gate).mask
+
+
+@dataclass(frozen=True)
+class LACosmic:
+    """:func:`lacosmic`'s result: the mask and the intermediate quantities that decide it
+    (2-d, the image's shape), which :class:`CosmicRayDetect` records lineage from.
+
+    ``sp`` is S' where it was computed (within 2 of a gated pixel), ``-inf`` elsewhere;
+    ``cand`` the candidates (S' > sigclip and fine-structure ratio > objlim); ``grow1`` the
+    first growth (next to a candidate and S' > sigclip)."""
+
+    mask: np.ndarray
+    sp: np.ndarray
+    cand: np.ndarray
+    grow1: np.ndarray
+
+
+def lacosmic(x: np.ndarray, gain: float = 2.2, readnoise: float = 10.0, sigclip: float = 5.0,
+             sigfrac: float = 0.3, objlim: float = 5.0, sky: float = 0.0,
+             gate: float | None = None) -> LACosmic:
+    """:func:`detect_cosmic_rays`, also returning what decided each flag."""
     x = np.asarray(x, dtype=np.float64)
     if x.ndim != 2:
         raise ShapeError(f"detect_cosmic_rays needs a 2-d image. Got shape {x.shape}.")
@@ -238,7 +263,8 @@ def detect_cosmic_rays(x: np.ndarray, gain: float = 2.2, readnoise: float = 10.0
     size = x.size
     gated = x > gate
     if not gated.any():
-        return np.zeros(shape, dtype=bool)
+        none = np.zeros(shape, dtype=bool)
+        return LACosmic(none, np.full(shape, -np.inf), none, none)
     flat = x.reshape(-1)
     # where each quantity is needed: the final mask only on gated pixels; S' (and the
     # candidates) within 2 of them (two 3x3 growths); S in the 5x5 windows of those.
@@ -263,9 +289,10 @@ def detect_cosmic_rays(x: np.ndarray, gain: float = 2.2, readnoise: float = 10.0
     cand = np.zeros(size, dtype=bool)
     cand[cand_at] = True
     sp = sp.reshape(shape)
-    grow = dilate(cand.reshape(shape), 1) & (sp > sigclip)
-    grow = dilate(grow, 1) & (sp > sigclip * sigfrac)
-    return grow & gated
+    cand = cand.reshape(shape)
+    grow1 = dilate(cand, 1) & (sp > sigclip)
+    grow = dilate(grow1, 1) & (sp > sigclip * sigfrac)
+    return LACosmic(grow & gated, sp, cand, grow1)
 
 
 def remove_cosmic_rays(image: np.ndarray, mask: np.ndarray, radius: int = RMCR_RADIUS
@@ -475,6 +502,127 @@ def _radius_payload(payload: bytes) -> int:
 
 
 # ---------------------------------------------------------------------------------------
+# cosmic-ray witness paths: the cells that decided a flag (payload codec, lineage)
+# ---------------------------------------------------------------------------------------
+
+#: Neighbour steps, nearest first; a step's code is ``(dy + 1) * 3 + (dx + 1)`` (4: stay).
+_STEPS = ((0, 0), (-1, 0), (0, -1), (0, 1), (1, 0), (-1, -1), (-1, 1), (1, -1), (1, 1))
+_STAY = 4
+
+
+def _first_step(mask: np.ndarray, cy: np.ndarray, cx: np.ndarray) -> np.ndarray:
+    """Per cell ``(cy, cx)``, the code of the nearest 3x3 neighbour (itself first) where
+    ``mask`` holds, or -1."""
+    h, w = mask.shape
+    code = np.full(len(cy), -1, dtype=np.int64)
+    for dy, dx in _STEPS:
+        yy, xx = cy + dy, cx + dx
+        todo = (code < 0) & (yy >= 0) & (yy < h) & (xx >= 0) & (xx < w)
+        hit = np.zeros(len(cy), dtype=bool)
+        hit[todo] = mask[yy[todo], xx[todo]]
+        code[hit] = (dy + 1) * 3 + (dx + 1)
+    return code
+
+
+def cr_paths(det: LACosmic, cy: np.ndarray, cx: np.ndarray, sigclip: float,
+             sigfrac: float) -> np.ndarray:
+    """What decided the output of each candidate ``(cy, cx)`` (gated pixels, in ``det``'s
+    coordinates), as an ``(n, 3)`` uint8 array ``[radius, step to q, step from q to r]``:
+
+    - flagged: S' at p above ``sigclip*sigfrac``, a neighbour q in the first growth (S' >
+      sigclip) and a candidate r next to q: the flag holds whatever happens outside the
+      boxes of radius :data:`SP_RADIUS` around p, q and r (they fix S' at p, q, r and the
+      fine-structure ratio at r; the rest can only add growth). Nearest q and r first;
+    - rejected with S' at p at most ``sigclip*sigfrac``: it cannot grow, whatever its
+      neighbours: the box of radius :data:`SP_RADIUS` around p;
+    - rejected with S' at most ``sigclip`` at p and each neighbour: no neighbour can be in
+      the first growth: the boxes of radius :data:`SP_RADIUS` around them, i.e. radius 5;
+    - other rejected: no neighbour grew for want of a candidate next to it; that depends on
+      every pixel within 2: the box of radius :data:`CR_RADIUS`.
+    """
+    n = len(cy)
+    out = np.zeros((n, 3), dtype=np.uint8)
+    out[:, 1:] = _STAY
+    flagged = det.mask[cy, cx]
+    low = ~flagged & (det.sp[cy, cx] <= sigclip * sigfrac)
+    calm = ~flagged & ~low & (_first_step(det.sp > sigclip, cy, cx) < 0)
+    out[:, 0] = np.where(flagged | low, SP_RADIUS, np.where(calm, SP_RADIUS + 1, CR_RADIUS))
+    if flagged.any():
+        fy, fx = cy[flagged], cx[flagged]
+        q = _first_step(det.grow1, fy, fx)
+        qy, qx = fy + q // 3 - 1, fx + q % 3 - 1
+        r = _first_step(det.cand, qy, qx)
+        if (q < 0).any() or (r < 0).any():  # cannot be: the flag needs both
+            raise AssertionError("a flagged pixel without a growth witness")
+        out[flagged, 1] = q
+        out[flagged, 2] = r
+    return out
+
+
+def path_payloads(paths: np.ndarray) -> Ragged:
+    """``cr_paths`` rows as payloads: the radius, then the steps, without trailing stays
+    (so most are the 1-byte radius payload of older runs)."""
+    lengths = np.where(paths[:, 2] != _STAY, 3, np.where(paths[:, 1] != _STAY, 2, 1))
+    keep = np.arange(3)[None, :] < lengths[:, None]
+    return Ragged.from_lengths(paths[keep].astype(np.uint8), lengths)
+
+
+def _decode_path(payload: bytes) -> tuple[int, list[tuple[int, int]]]:
+    if not 1 <= len(payload) <= 3 or any(b > 8 for b in payload[1:]):
+        raise CellError(f"expected a cosmic-ray path payload (a radius and up to 2 steps). "
+                        f"Got {bytes(payload)!r}.")
+    steps = [_STEPS_BY_CODE[b] for b in payload[1:]]
+    return int(payload[0]), steps
+
+
+_STEPS_BY_CODE = {(dy + 1) * 3 + (dx + 1): (dy, dx) for dy, dx in _STEPS}
+
+
+def _path_centres(outcells: np.ndarray, payload: bytes) -> tuple[int, list[np.ndarray]]:
+    radius, steps = _decode_path(payload)
+    centres = [np.asarray(outcells, dtype=np.int64).reshape(-1, 2)]
+    for dy, dx in steps:
+        centres.append(centres[-1] + np.array([dy, dx], dtype=np.int64))
+    return radius, centres
+
+
+def _path_cells(outcells: np.ndarray, payload: bytes, shape: Shape) -> np.ndarray:
+    """The union of the boxes of a path payload around each of ``outcells``, linear."""
+    radius, centres = _path_centres(outcells, payload)
+    parts = [as_linear(_radius_cells(c, radius, shape), shape) for c in centres]
+    return np.unique(np.concatenate(parts))
+
+
+def _path_hits(outcells: np.ndarray, payload: bytes, frontier_in: np.ndarray) -> np.ndarray:
+    radius, centres = _path_centres(outcells, payload)
+    hits = np.zeros(len(centres[0]), dtype=bool)
+    for c in centres:
+        hits |= _radius_hits(c, radius, frontier_in)
+    return hits
+
+
+def path_lineage(cells: np.ndarray, paths: np.ndarray, shape: Shape) -> Ragged:
+    """Per cell (global ``(n, 2)``), the input cells of its path (``cr_paths`` rows) as
+    sorted linear indices: the region pairs of ``FULL`` mode, in bulk."""
+    n = len(cells)
+    size = int(np.prod(shape))
+    keys = []
+    for radius in np.unique(paths[:, 0]):
+        rows = np.flatnonzero(paths[:, 0] == radius)
+        centre = cells[rows].astype(np.int64)
+        for k in range(3):
+            if k:
+                step = paths[rows, k].astype(np.int64)
+                centre = centre + np.stack([step // 3 - 1, step % 3 - 1], axis=1)
+            boxes = box_neighbours(centre, (int(radius),) * 2, shape)
+            keys.append(rows[boxes.row_ids()].astype(np.int64) * size
+                        + boxes.values.astype(np.int64))
+    key = np.unique(np.concatenate(keys)) if keys else np.empty(0, np.int64)
+    rid, lin = np.divmod(key, size)
+    return Ragged.from_lengths(lin.astype(np.uint64), np.bincount(rid, minlength=n))
+
+
+# ---------------------------------------------------------------------------------------
 # UDFs
 # ---------------------------------------------------------------------------------------
 
@@ -513,7 +661,21 @@ class _RadiusPayload:
         return _radius_hits(outcells, _radius_payload(payload), frontier_in)
 
 
-class CosmicRayDetect(_RadiusPayload, _IdentityDefault, UDF):
+class _PathPayload:
+    """Payload = :func:`cr_paths`' radius and steps: the output cell depends on the boxes of
+    that radius around itself and the cells the steps lead to, in its one input."""
+
+    in_shapes: tuple[Shape, ...]
+
+    def map_p(self, outcells: np.ndarray, payload: bytes, i: int) -> Any:
+        return _path_cells(outcells, payload, self.in_shapes[i])
+
+    def map_p_hits(self, outcells: np.ndarray, payload: bytes, i: int,
+                   frontier_in: np.ndarray) -> np.ndarray:
+        return _path_hits(outcells, payload, frontier_in)
+
+
+class CosmicRayDetect(_PathPayload, _IdentityDefault, UDF):
     """Cosmic-ray detection (UDF A/B, ``cr1``/``cr2``): :func:`detect_cosmic_rays`.
 
     Input: one background-subtracted exposure (``rmbg``). Output: bool mask.
@@ -595,19 +757,27 @@ class CosmicRayDetect(_RadiusPayload, _IdentityDefault, UDF):
     def run(self, ctx: TaskContext, x: np.ndarray) -> np.ndarray:
         x = np.asarray(x, dtype=np.float64)
         inner = ctx.chunk.interior(0)
-        out = self.kernel(x)[inner]
-        if ctx.composite or ctx.full:
-            cand = x[inner] > self.gate  # the same test the kernel gates with
-            cells = ctx.chunk.out_cells(np.argwhere(cand))
-            if ctx.composite and len(cells):
-                ctx.lwrite_pairs(cells, payloads=bytes([CR_RADIUS]))
+        if not (ctx.composite or ctx.full):
+            return self.kernel(x)[inner]
+        det = lacosmic(x, self.gain, self.readnoise, self.sigclip, self.sigfrac, self.objlim,
+                       self.sky, self.gate)
+        out = det.mask[inner]
+        cand = x[inner] > self.gate  # the same test the kernel gates with
+        local = np.argwhere(cand)
+        cells = ctx.chunk.out_cells(local)
+        if len(cells):
+            # the block's coordinates: the interior's offset in the block plus local
+            off = np.array([sl.start for sl in inner], dtype=np.int64)
+            paths = cr_paths(det, local[:, 0] + off[0], local[:, 1] + off[1], self.sigclip,
+                             self.sigfrac)
+            if ctx.composite:
+                ctx.lwrite_pairs(cells, payloads=path_payloads(paths))
             if ctx.full:
-                if len(cells):
-                    rad = (CR_RADIUS,) * 2
-                    ctx.lwrite_pairs(cells, box_neighbours(cells, rad, self.in_shapes[0]))
-                rest = ctx.chunk.out_box.linear(self.out_shape)[~cand.reshape(-1)]
-                if len(rest):
-                    ctx.lwrite_pairs(rest, rest)
+                ctx.lwrite_pairs(cells, path_lineage(cells, paths, self.in_shapes[0]))
+        if ctx.full:
+            rest = ctx.chunk.out_box.linear(self.out_shape)[~cand.reshape(-1)]
+            if len(rest):
+                ctx.lwrite_pairs(rest, rest)
         return out
 
 
@@ -778,7 +948,8 @@ def astronomy_udfs(sky: float = 600.0, threshold: float = 100.0) -> dict[str, UD
 
 
 __all__ = [
-    "CR_RADIUS", "RMCR_RADIUS", "CosmicRayDetect", "CosmicRayRemove", "StarDetect",
+    "CR_RADIUS", "RMCR_RADIUS", "SP_RADIUS", "CosmicRayDetect", "LACosmic", "lacosmic",
+    "cr_paths", "path_payloads", "path_lineage", "CosmicRayRemove", "StarDetect",
     "astronomy_udfs", "default_gate", "detect_cosmic_rays", "remove_cosmic_rays",
     "label_stars", "star_pixels", "star_lineage", "encode_stars", "decode_star",
 ]

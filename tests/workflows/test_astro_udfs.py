@@ -15,8 +15,9 @@ from subzero.testing import (assert_sound_by_perturbation, bind, brute_forward, 
                              payload_backward, run_chunked)
 from workflows.astro_data import (CRTEST_FILE, EXPOSURE_FILES, SKY, generate_scene,
                                   load_exposure, load_fits, subtract_background)
-from workflows.astro_udfs import (CR_RADIUS, CosmicRayDetect, CosmicRayRemove, StarDetect,
-                                  _laplacian_plus, astronomy_udfs, decode_star, default_gate,
+from workflows.astro_udfs import (CR_RADIUS, SP_RADIUS, CosmicRayDetect, CosmicRayRemove,
+                                  StarDetect, _laplacian_plus, astronomy_udfs, cr_paths,
+                                  decode_star, default_gate, lacosmic,
                                   detect_cosmic_rays, encode_stars, label_stars,
                                   remove_cosmic_rays, star_lineage, star_pixels)
 
@@ -121,8 +122,12 @@ def test_workflows_md_radius_3_is_not_sound():
     shifted = [np.where(dilate(one, r), x, x - 100.0) for r in (3, CR_RADIUS)]
     assert not detect_cosmic_rays(shifted[0], **kw)[p]
     assert detect_cosmic_rays(shifted[1], **kw)[p]
-    # the operator's stored lineage of this knife-edge pixel holds, in both modes
+    # the operator's stored lineage of this knife-edge pixel holds, in both modes; it is
+    # flagged through its bright neighbour q, whose box the lineage holds too
     op = bind(CosmicRayDetect(**kw), x)
+    path = cr_paths(lacosmic(x, **kw), np.array([p[0]]), np.array([p[1]]), op.sigclip,
+                    op.sigfrac)[0]
+    assert path[1] != 4
     for mode in (Mode.COMP, Mode.FULL):
         backward = _backward(op, _pairs(op, [x], mode, 2), mode)
         assert_sound_adversarially(op, [x], [p], backward)
@@ -474,7 +479,11 @@ def test_every_mode_reports_the_same_lineage(name):
            enumerate(names)}
     assert got["background"].sum() == 1
     if name == "cr":
-        assert np.array_equal(got["on_cr"], box["on_cr"])
+        # a flag is decided within the 9x9 boxes of the pixel and its growth witnesses,
+        # all inside the 13x13 box
+        on = fronts[names.index("on_cr")]
+        assert (dilate(on, SP_RADIUS) <= got["on_cr"]).all()
+        assert (got["on_cr"] <= box["on_cr"]).all()
     elif name == "rmcr":
         assert np.array_equal(got["on_cr"], box["on_cr"]) and got["next_to_cr"].sum() == 1
     else:
@@ -507,11 +516,72 @@ def test_payload_forward_equals_full_forward(name):
                 assert set(np.flatnonzero(got).tolist()) == want, (mode, i, cell)
 
 
-def test_cr_payloads_are_few_and_one_byte():
+def test_cr_payloads_are_few_and_small():
     op = bind(CosmicRayDetect(sky=SKY), RMBG1)
     _, _, pays = run_chunked(op, [RMBG1], 2, modes=(Mode.COMP,))
-    assert set(pays.payload.values.tolist()) == {CR_RADIUS}
     assert pays.out_cells == int((RMBG1 > op.gate).sum()) < 0.1 * RMBG1.size
+    lengths = pays.payload.lengths
+    assert set(lengths.tolist()) <= {1, 2, 3}
+    radii = pays.payload.values[pays.payload.offsets[:-1]]
+    assert set(radii.tolist()) <= {SP_RADIUS, SP_RADIUS + 1, CR_RADIUS} and SP_RADIUS in radii
+
+
+def test_cr_paths_name_what_decided_each_flag():
+    """A flagged pixel's path leads to a first-growth neighbour and a candidate next to
+    it; a rejected pixel that cannot grow (S' low) keeps the 9x9 box, others the 13x13."""
+    op = bind(CosmicRayDetect(sky=SKY), RMBG1)
+    det = lacosmic(RMBG1, sky=SKY)
+    cy, cx = np.nonzero(RMBG1 > op.gate)
+    paths = cr_paths(det, cy, cx, op.sigclip, op.sigfrac)
+    flagged = det.mask[cy, cx]
+    assert flagged.any() and (~flagged).any()
+    step = lambda code: (code.astype(int) // 3 - 1, code.astype(int) % 3 - 1)
+    dy, dx = step(paths[flagged, 1])
+    qy, qx = cy[flagged] + dy, cx[flagged] + dx
+    assert det.grow1[qy, qx].all()
+    ry, rx = step(paths[flagged, 2])
+    assert det.cand[qy + ry, qx + rx].all()
+    assert (paths[flagged, 0] == SP_RADIUS).all()
+    low = det.sp[cy, cx] <= op.sigclip * op.sigfrac
+    assert (paths[~flagged & low, 0] == SP_RADIUS).all()
+    calm = ~dilate(det.sp > op.sigclip, 1)[cy, cx]
+    assert (paths[~flagged & ~low & calm, 0] == SP_RADIUS + 1).all()
+    assert (paths[~flagged & ~low & ~calm, 0] == CR_RADIUS).all()
+
+
+def test_cr_lineage_is_sound_on_the_real_exposures(shared_data):
+    """Every flagged pixel of a real exposure whose flag came through a neighbour (the
+    witness path), and a sample of the others, in crops around them."""
+    x = subtract_background(load_exposure(shared_data / EXPOSURE_FILES[1]))
+    gate = default_gate(sky=SKY)
+    det = lacosmic(x, sky=SKY)
+    cy, cx = np.nonzero(x > gate)
+    paths = cr_paths(det, cy, cx, 5.0, 0.3)
+    stepped = np.flatnonzero(det.mask[cy, cx] & ((paths[:, 1] != 4) | (paths[:, 2] != 4)))
+    others = np.random.default_rng(0).choice(len(cy), 6, replace=False)
+    assert len(stepped)
+    for k in np.concatenate([stepped, others]):
+        y0, x0 = max(int(cy[k]) - 20, 0), max(int(cx[k]) - 20, 0)
+        crop = x[y0:y0 + 40, x0:x0 + 40]
+        op = bind(CosmicRayDetect(sky=SKY), crop)
+        cell = (int(cy[k]) - y0, int(cx[k]) - x0)
+        for mode in (Mode.COMP, Mode.FULL):
+            backward = _backward(op, _pairs(op, [crop], mode, 2), mode)
+            assert_sound_adversarially(op, [crop], [cell], backward)
+            assert_sound_by_perturbation(op, [crop], [cell], backward=backward, trials=2)
+
+
+def test_cr_lineage_is_mostly_smaller_than_the_13x13_box():
+    op = bind(CosmicRayDetect(sky=SKY), RMBG1)
+    _, _, pays = run_chunked(op, [RMBG1], 2, modes=(Mode.COMP,))
+    sizes = []
+    for k in range(len(pays)):
+        cells = np.stack(np.unravel_index(pays.out.row(k).astype(np.int64), RMBG1.shape), 1)
+        for c in cells:
+            sizes.append(len(op.map_p(c[None, :], pays.payload_bytes(k), 0)))
+    sizes = np.array(sizes)
+    assert sizes.max() <= (2 * CR_RADIUS + 1) ** 2
+    assert np.median(sizes) <= (2 * SP_RADIUS + 3) ** 2
 
 
 def test_clust_pay_mode_covers_every_pixel_once():
