@@ -352,3 +352,19 @@ def test_a_replay_that_fails_marks_the_derived_run_failed(parents, monkeypatch):
     assert (last["status"], last["parent"]) == ("failed", run.id)
     assert "disk full" in last["error"]
     assert _digest(run.home / "runs" / run.id) == before
+
+
+@pytest.mark.slow
+def test_replay_on_spark_equals_replay_on_the_driver(parents):
+    """Tiles recomputed as Spark tasks (they write their blocks themselves) give the same
+    derived run as tiles recomputed here (blocks passed in memory, written in the
+    background)."""
+    run = parents("astronomy")
+    box = Box((38, 46), (42, 50))
+    here = run.replay("exp1", box, value=9000, where="driver", quiet=True)
+    there = run.replay("exp1", box, value=9000, where="spark", quiet=True)
+    assert here.arrays == there.arrays
+    for name in here.arrays:
+        assert not differs(here.array(name), there.array(name)).any(), name
+    assert ([(a.name, a.changed, a.tiles) for a in here.replayed.arrays]
+            == [(a.name, a.changed, a.tiles) for a in there.replayed.arrays])

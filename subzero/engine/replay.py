@@ -34,7 +34,8 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -59,6 +60,15 @@ Reach = Callable[[str, int, np.ndarray], np.ndarray]
 SPARK_CELLS = 1 << 22
 #: a changed array lists its changed cells when it has at most this many
 LIST_CELLS = 20
+#: arrays of at most this many cells are held whole in memory while replaying (the next
+#: operator reads them from there, not from zarr)
+CACHE_CELLS = 1 << 23
+#: threads writing recomputed blocks while the next operator computes
+WRITERS = 2
+
+
+def _cells(shape: Sequence[int]) -> int:
+    return int(np.prod(tuple(shape), dtype=np.int64))
 
 
 @dataclass
@@ -227,6 +237,16 @@ class _Derived:
     shard_rows: list[dict[str, Any]] = field(default_factory=list)
     present: set[str] = field(default_factory=set)  # arrays the derived run holds
     written: set[str] = field(default_factory=set)  # arrays it holds its own copy of
+    #: whole arrays held in memory (those of at most CACHE_CELLS cells): the derived
+    #: run's values, and the parent's (for the comparison)
+    values: dict[str, np.ndarray] = field(default_factory=dict)
+    old: dict[str, np.ndarray] = field(default_factory=dict)
+    #: the blocks each recomputed array got (the next operator's tiles read them first)
+    blocks: dict[str, list[tuple[Box, np.ndarray]]] = field(default_factory=dict)
+    #: block writes still in flight, per array (written while the next operator computes)
+    writes: dict[str, list[Future]] = field(default_factory=dict)
+    pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
+        max_workers=WRITERS, thread_name_prefix="subzero-replay-write"))
 
     def path(self, name: str) -> Path:
         return layout.array_path(self.home, self.rid, name)
@@ -239,6 +259,36 @@ class _Derived:
         target = os.path.relpath(self.parent_path(name).resolve(), self.path(name).parent)
         os.symlink(target, self.path(name), target_is_directory=True)
         self.present.add(name)
+
+    def write(self, name: str, box: Box, block: np.ndarray) -> None:
+        """Write a recomputed block of ``name`` (in the background)."""
+        self.writes.setdefault(name, []).append(
+            self.pool.submit(arrays.write_block, self.path(name), box, block))
+
+    def wait(self, name: str | None = None) -> None:
+        """Until the writes of array ``name`` (None: every array) are done; raises the
+        first that failed."""
+        for key in [name] if name is not None else list(self.writes):
+            for fut in self.writes.pop(key, []):
+                fut.result()
+
+    def value(self, name: str) -> np.ndarray | None:
+        """The derived run's whole array ``name`` from memory (read once), or None when it
+        is too large to hold."""
+        if name not in self.values:
+            if _cells(self.parent.arrays[name]["shape"]) > CACHE_CELLS:
+                return None
+            self.wait(name)
+            self.values[name] = arrays.read_array(self.path(name))
+        return self.values[name]
+
+    def old_value(self, name: str) -> np.ndarray | None:
+        """The parent's whole array ``name`` (None when too large to hold)."""
+        if name not in self.old:
+            if _cells(self.parent.arrays[name]["shape"]) > CACHE_CELLS:
+                return None
+            self.old[name] = arrays.read_array(self.parent_path(name))
+        return self.old[name]
 
     def ensure(self, name: str) -> None:
         """Array ``name`` in the derived run: the parent's, linked, unless already there."""
@@ -271,8 +321,9 @@ def _set_cells(d: _Derived, name: str, mask: np.ndarray, values: np.ndarray) -> 
     new = old.copy()
     sub = mask[box.slices]
     new[sub] = values
-    arrays.write_block(d.path(name), box, new)
+    d.write(name, box, new)
     changed[box.slices] = differs(old, new)
+    d.blocks[name] = [(box, new)]
     return changed
 
 
@@ -317,29 +368,49 @@ def _recompute(d: _Derived, name: str, reach: np.ndarray, spark: Any, where: str
     cells = int(sum(b.size for _, b in tiles))
     for src in node.inputs:
         d.ensure(src)
-    d.copy(name, whole=cells == int(np.prod(op.out_shape, dtype=np.int64)))
-    jobs = make_jobs(d.home, d.rid, op, [d.path(s) for s in node.inputs], d.path(name),
-                     tiles, stored, capture_modes(strategies))
+    whole = cells == _cells(op.out_shape)
+    d.copy(name, whole=whole)
     use_spark = where == "spark" or (where == "auto" and spark is not None
-                                     and cells > SPARK_CELLS and len(jobs) > 1)
+                                     and cells > SPARK_CELLS and len(tiles) > 1)
+    jobs = make_jobs(d.home, d.rid, op, [d.path(s) for s in node.inputs],
+                     d.path(name) if use_spark else None, tiles, stored,
+                     capture_modes(strategies))
     changed = np.zeros(op.out_shape, dtype=bool)
     if use_spark:
+        for src in node.inputs:
+            d.wait(src)
         results = run_jobs(jobs, spark, f"{d.rid}: replay {name}")
         raise_task_error(name, results)
         blocks = [(j.chunk.out_box, arrays.read_box(d.path(name), j.chunk.out_box))
                   for j in jobs]
     else:
+        memories = [_memory(d, j, node.inputs, whole) for j in jobs]
         results, blocks = [], []
-        for j in jobs:
-            memory: dict[str, Any] = {}
-            res = run_task(j, memory)
+        for j, mine in zip(jobs, memories):
+            ins = tuple(src if src in mine else None for src in node.inputs)
+            res = run_task(replace(j, memory=ins), mine)
             results.append(res)
             raise_task_error(name, [res])
-            blocks.append(memory[name])
+            box, block = mine[name]
+            block = np.asarray(block)
+            if block.dtype != op.out_dtype and op.out_dtype.kind not in "UOT":
+                block = block.astype(op.out_dtype)  # as a run stores it
+            d.write(name, box, block)
+            blocks.append((box, block))
+    d.blocks[name] = blocks
+    old_whole = d.old_value(name) if whole or name in d.old else None
+    new_whole = None
+    if old_whole is not None:
+        new_whole = np.empty_like(old_whole) if whole else old_whole.copy()
     for box, new in blocks:
-        old = arrays.read_box(d.parent_path(name), box)
+        old = (old_whole[box.slices] if old_whole is not None
+               else arrays.read_box(d.parent_path(name), box))
         changed[box.slices] = differs(old, np.asarray(new, dtype=old.dtype)
                                       if old.dtype.kind not in "UOT" else new)
+        if new_whole is not None:
+            new_whole[box.slices] = new
+    if new_whole is not None:
+        d.values[name] = new_whole
     for s in stored:
         remove_unpublished(layout.strategy_dir(d.home, d.rid, name, s.name))
     keys = set()
@@ -352,6 +423,29 @@ def _recompute(d: _Derived, name: str, reach: np.ndarray, spark: Any, where: str
     return ArrayReplay(name, tuple(op.out_shape), int(np.count_nonzero(reach)),
                        int(np.count_nonzero(changed)), len(tiles), len(grid), cells,
                        time.perf_counter() - t0, _few(changed)), changed
+
+
+def _memory(d: _Derived, job: Any, inputs: Sequence[str], whole: bool
+            ) -> dict[str, tuple[Box, np.ndarray]]:
+    """The input blocks a driver task reads from memory: a block the input's own replay
+    just computed that holds the box the task reads, else the input whole when it is held
+    (or, for a whole recompute, small enough to hold); the others it reads from zarr, once
+    their writes are done."""
+    out = {}
+    for i, src in enumerate(inputs):
+        want = job.chunk.in_boxes[i]
+        got = next(((b, v) for b, v in d.blocks.get(src, []) if b.contains_box(want)), None)
+        if got is None:
+            v = d.values.get(src)
+            if v is None and whole:
+                v = d.value(src)
+            if v is not None:
+                got = (Box.full(v.shape), v)
+        if got is None:
+            d.wait(src)
+        else:
+            out[src] = got
+    return out
 
 
 def _few(mask: np.ndarray) -> list[list[int]] | None:
@@ -469,14 +563,17 @@ def replay_run(parent: LoadedRun, array: str, mask: np.ndarray, values: np.ndarr
             if notify is not None:
                 notify(f"replayed {name}: {one.tiles}/{one.tiles_total} tiles, "
                        f"{one.changed} cells changed")
+        d.wait()
         _finish(d, res, t_start)
         return res
     except BaseException as e:
+        d.pool.shutdown(wait=True, cancel_futures=True)  # nothing written after the mark
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         cat.finish_run(rid, "failed", error=f"replay: {msg}",
                        runtime_s=time.perf_counter() - t_start)
         raise
     finally:
+        d.pool.shutdown(wait=True)
         cat.close()
 
 
