@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 JAVA   := $(if $(JAVA_HOME),$(JAVA_HOME)/bin/java,java)
 HOME_DIR ?= subzero-home
 
-.PHONY: demo test bench check-java install clean
+.PHONY: demo test bench check-java browser install clean
 
 check-java:
 	@v=$$($(JAVA) -version 2>&1 | sed -n 's/.*version "\([0-9][0-9]*\).*/\1/p' | head -n 1); \
@@ -36,10 +36,23 @@ $(STAMP): setup.cfg pyproject.toml
 
 install: $(STAMP)
 
+# The explorer's tests drive a real headless browser: Debian's chromium and its driver,
+# installed when missing (as root, or through sudo); without them those tests say why they
+# are skipped.
+browser:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+	  sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  echo "installing Debian's chromium and chromium-driver (for the explorer's browser tests)"; \
+	  { $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install \
+	      -y -qq chromium chromium-driver >/dev/null; } || \
+	  echo "warning: could not install chromium; the browser tests will be skipped" >&2; \
+	else echo "warning: no apt-get; the browser tests will be skipped" >&2; fi
+
 demo: check-java $(STAMP)
 	$(BIN)/python -m subzero.cli.demo --home $(HOME_DIR)
 
-test: check-java $(STAMP)
+test: check-java $(STAMP) browser
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 

@@ -240,7 +240,8 @@ class LACosmic:
     """:func:`lacosmic`'s result: the mask and the intermediate quantities that decide it
     (2-d, the image's shape), which :class:`CosmicRayDetect` records lineage from.
 
-    ``sp`` is S' where it was computed (within 2 of a gated pixel), ``-inf`` elsewhere;
+    ``sp`` is S' where it was computed (within 2 of a gated pixel), ``-inf`` elsewhere
+    (``s``: S, 0 where not computed);
     ``cand`` the candidates (S' > sigclip and fine-structure ratio > objlim); ``grow1`` the
     first growth (next to a candidate and S' > sigclip)."""
 
@@ -248,6 +249,7 @@ class LACosmic:
     sp: np.ndarray
     cand: np.ndarray
     grow1: np.ndarray
+    s: np.ndarray  # S = L+ / 2N where computed, 0 elsewhere
 
 
 def lacosmic(x: np.ndarray, gain: float = 2.2, readnoise: float = 10.0, sigclip: float = 5.0,
@@ -264,7 +266,7 @@ def lacosmic(x: np.ndarray, gain: float = 2.2, readnoise: float = 10.0, sigclip:
     gated = x > gate
     if not gated.any():
         none = np.zeros(shape, dtype=bool)
-        return LACosmic(none, np.full(shape, -np.inf), none, none)
+        return LACosmic(none, np.full(shape, -np.inf), none, none, np.zeros(shape))
     flat = x.reshape(-1)
     # where each quantity is needed: the final mask only on gated pixels; S' (and the
     # candidates) within 2 of them (two 3x3 growths); S in the 5x5 windows of those.
@@ -292,7 +294,7 @@ def lacosmic(x: np.ndarray, gain: float = 2.2, readnoise: float = 10.0, sigclip:
     cand = cand.reshape(shape)
     grow1 = dilate(cand, 1) & (sp > sigclip)
     grow = dilate(grow1, 1) & (sp > sigclip * sigfrac)
-    return LACosmic(grow & gated, sp, cand, grow1)
+    return LACosmic(grow & gated, sp, cand, grow1, s.reshape(shape))
 
 
 def remove_cosmic_rays(image: np.ndarray, mask: np.ndarray, radius: int = RMCR_RADIUS
@@ -559,12 +561,120 @@ def cr_paths(det: LACosmic, cy: np.ndarray, cx: np.ndarray, sigclip: float,
     return out
 
 
-def path_payloads(paths: np.ndarray) -> Ragged:
-    """``cr_paths`` rows as payloads: the radius, then the steps, without trailing stays
-    (so most are the 1-byte radius payload of older runs)."""
-    lengths = np.where(paths[:, 2] != _STAY, 3, np.where(paths[:, 1] != _STAY, 2, 1))
-    keep = np.arange(3)[None, :] < lengths[:, None]
-    return Ragged.from_lengths(paths[keep].astype(np.uint8), lengths)
+#: First byte of a cell-mask payload (radii are at most 8): then a 25-bit mask, little
+#: endian, of the 5x5 box around the pixel (bit ``(dy + 2) * 5 + (dx + 2)``).
+TAG_CELLS = 0x80
+_CROSS_BITS = sum(1 << ((dy + 2) * 5 + (dx + 2)) for dy, dx in ((-1, 0), (0, -1), (0, 0), (0, 1),
+                                                                 (1, 0)))
+
+
+def cr_cell_masks(det: LACosmic, x: np.ndarray, cy: np.ndarray, cx: np.ndarray, gain: float,
+                  readnoise: float, sigclip: float, sigfrac: float) -> np.ndarray:
+    """For rejected candidates whose S at the pixel alone rules out any growth, the few
+    cells that prove it, as 25-bit masks of the 5x5 box (0: no such proof, use the path).
+
+    S' = S - median(S) and every S is >= 0 (L+ is a sum of parts clipped at 0), so S <=
+    ``sigclip*sigfrac`` at p keeps p from growing whatever its neighbours do. S = L+ / 2N:
+
+    - L+ at p is fixed by p and its 4 neighbours (the cross);
+    - N >= its floor ``sqrt(gain*1e-5 + readnoise^2)/gain`` whatever the image: when L+
+      over twice the floor is already low enough, the cross is the whole proof;
+    - else N >= its value as long as the 13 largest of the 25 values of p's 5x5 median
+      window stay (the median cannot fall below the 13th largest): the cross and those.
+    """
+    n = len(cy)
+    masks = np.zeros(n, dtype=np.uint32)
+    limit = sigclip * sigfrac
+    rejected = ~det.mask[cy, cx]
+    lin = cy.astype(np.int64) * x.shape[1] + cx
+    lp = np.zeros(n)
+    lp[rejected] = _laplacian_plus(x, lin[rejected])
+    floor = np.sqrt(gain * 1e-5 + readnoise * readnoise) / gain
+    cross = rejected & (lp / (2.0 * floor) < limit * (1.0 - 1e-9))
+    masks[cross] = _CROSS_BITS
+    window = rejected & ~cross & (det.s[cy, cx] <= limit)
+    if window.any():
+        centres = lin[window]
+        win, _ = _windows(centres, x.shape, 2, "mirror")
+        top = np.argsort(-x.reshape(-1)[win], axis=1, kind="stable")[:, :13]
+        cells = np.take_along_axis(win, top, axis=1)
+        wy, wx = np.divmod(cells, x.shape[1])
+        bits = (wy - cy[window, None] + 2) * 5 + (wx - cx[window, None] + 2)
+        got = np.zeros(len(centres), dtype=np.uint32)
+        for k in range(bits.shape[1]):
+            got |= (np.uint32(1) << bits[:, k].astype(np.uint32))
+        masks[window] = got | np.uint32(_CROSS_BITS)
+    return masks
+
+
+def cr_payloads(paths: np.ndarray, masks: np.ndarray) -> Ragged:
+    """One payload per candidate: a cell mask (``TAG_CELLS`` and 4 bytes) where ``masks``
+    has one, else the ``cr_paths`` row: the radius, then the steps without trailing stays
+    (so many are the 1-byte radius payload of older runs)."""
+    n = len(paths)
+    rows = np.zeros((n, 5), dtype=np.uint8)
+    rows[:, :3] = paths
+    has = masks != 0
+    rows[has, 0] = TAG_CELLS
+    rows[has, 1:] = masks[has].astype("<u4").view(np.uint8).reshape(-1, 4)
+    lengths = np.where(has, 5, np.where(paths[:, 2] != _STAY, 3,
+                                        np.where(paths[:, 1] != _STAY, 2, 1)))
+    keep = np.arange(5)[None, :] < lengths[:, None]
+    return Ragged.from_lengths(rows[keep], lengths)
+
+
+def _mask_offsets(mask: int) -> np.ndarray:
+    bits = np.flatnonzero((int(mask) >> np.arange(25)) & 1)
+    return np.stack([bits // 5 - 2, bits % 5 - 2], axis=1).astype(np.int64)
+
+
+def _mask_cells(outcells: np.ndarray, mask: int, shape: Shape) -> tuple[np.ndarray, np.ndarray]:
+    """``(n, k)`` linear cells of the mask around each of ``outcells`` and which are in the
+    image."""
+    outcells = np.asarray(outcells, dtype=np.int64).reshape(-1, 2)
+    off = _mask_offsets(mask)
+    yy = outcells[:, 0, None] + off[None, :, 0]
+    xx = outcells[:, 1, None] + off[None, :, 1]
+    ok = (yy >= 0) & (yy < shape[0]) & (xx >= 0) & (xx < shape[1])
+    return np.where(ok, yy * shape[1] + xx, 0), ok
+
+
+def _decode_mask(payload: bytes) -> int:
+    if len(payload) != 5:
+        raise CellError(f"expected a cosmic-ray cell-mask payload of 5 bytes. Got "
+                        f"{bytes(payload)!r}.")
+    return int.from_bytes(bytes(payload[1:]), "little")
+
+
+def cr_lineage(cells: np.ndarray, paths: np.ndarray, masks: np.ndarray, shape: Shape) -> Ragged:
+    """Per candidate (global ``(n, 2)``), the input cells its payload names, as sorted
+    linear indices: the region pairs of ``FULL`` mode, in bulk."""
+    n = len(cells)
+    size = int(np.prod(shape))
+    keys = []
+    has = masks != 0
+    for radius in np.unique(paths[~has, 0]):
+        rows = np.flatnonzero(~has & (paths[:, 0] == radius))
+        centre = cells[rows].astype(np.int64)
+        for k in range(3):
+            if k:
+                step = paths[rows, k].astype(np.int64)
+                centre = centre + np.stack([step // 3 - 1, step % 3 - 1], axis=1)
+            boxes = box_neighbours(centre, (int(radius),) * 2, shape)
+            keys.append(rows[boxes.row_ids()].astype(np.int64) * size
+                        + boxes.values.astype(np.int64))
+    rows = np.flatnonzero(has)
+    if len(rows):
+        bits = ((masks[rows, None].astype(np.int64) >> np.arange(25)[None, :]) & 1).astype(bool)
+        dy, dx = np.divmod(np.arange(25), 5)
+        yy = cells[rows, 0, None].astype(np.int64) + (dy - 2)[None, :]
+        xx = cells[rows, 1, None].astype(np.int64) + (dx - 2)[None, :]
+        ok = bits & (yy >= 0) & (yy < shape[0]) & (xx >= 0) & (xx < shape[1])
+        rid = np.broadcast_to(rows[:, None], ok.shape)[ok]
+        keys.append(rid.astype(np.int64) * size + (yy * shape[1] + xx)[ok])
+    key = np.unique(np.concatenate(keys)) if keys else np.empty(0, np.int64)
+    rid, lin = np.divmod(key, size)
+    return Ragged.from_lengths(lin.astype(np.uint64), np.bincount(rid, minlength=n))
 
 
 def _decode_path(payload: bytes) -> tuple[int, list[tuple[int, int]]]:
@@ -587,39 +697,25 @@ def _path_centres(outcells: np.ndarray, payload: bytes) -> tuple[int, list[np.nd
 
 
 def _path_cells(outcells: np.ndarray, payload: bytes, shape: Shape) -> np.ndarray:
-    """The union of the boxes of a path payload around each of ``outcells``, linear."""
+    """The cells a :func:`cr_payloads` payload names around each of ``outcells``, linear:
+    the cell mask's, or the union of the path's boxes."""
+    if len(payload) and payload[0] == TAG_CELLS:
+        lin, ok = _mask_cells(outcells, _decode_mask(payload), shape)
+        return np.unique(lin[ok]).astype(np.uint64)
     radius, centres = _path_centres(outcells, payload)
     parts = [as_linear(_radius_cells(c, radius, shape), shape) for c in centres]
     return np.unique(np.concatenate(parts))
 
 
 def _path_hits(outcells: np.ndarray, payload: bytes, frontier_in: np.ndarray) -> np.ndarray:
+    if len(payload) and payload[0] == TAG_CELLS:
+        lin, ok = _mask_cells(outcells, _decode_mask(payload), frontier_in.shape)
+        return (frontier_in.reshape(-1)[lin] & ok).any(axis=1)
     radius, centres = _path_centres(outcells, payload)
     hits = np.zeros(len(centres[0]), dtype=bool)
     for c in centres:
         hits |= _radius_hits(c, radius, frontier_in)
     return hits
-
-
-def path_lineage(cells: np.ndarray, paths: np.ndarray, shape: Shape) -> Ragged:
-    """Per cell (global ``(n, 2)``), the input cells of its path (``cr_paths`` rows) as
-    sorted linear indices: the region pairs of ``FULL`` mode, in bulk."""
-    n = len(cells)
-    size = int(np.prod(shape))
-    keys = []
-    for radius in np.unique(paths[:, 0]):
-        rows = np.flatnonzero(paths[:, 0] == radius)
-        centre = cells[rows].astype(np.int64)
-        for k in range(3):
-            if k:
-                step = paths[rows, k].astype(np.int64)
-                centre = centre + np.stack([step // 3 - 1, step % 3 - 1], axis=1)
-            boxes = box_neighbours(centre, (int(radius),) * 2, shape)
-            keys.append(rows[boxes.row_ids()].astype(np.int64) * size
-                        + boxes.values.astype(np.int64))
-    key = np.unique(np.concatenate(keys)) if keys else np.empty(0, np.int64)
-    rid, lin = np.divmod(key, size)
-    return Ragged.from_lengths(lin.astype(np.uint64), np.bincount(rid, minlength=n))
 
 
 # ---------------------------------------------------------------------------------------
@@ -768,12 +864,14 @@ class CosmicRayDetect(_PathPayload, _IdentityDefault, UDF):
         if len(cells):
             # the block's coordinates: the interior's offset in the block plus local
             off = np.array([sl.start for sl in inner], dtype=np.int64)
-            paths = cr_paths(det, local[:, 0] + off[0], local[:, 1] + off[1], self.sigclip,
-                             self.sigfrac)
+            cy, cx = local[:, 0] + off[0], local[:, 1] + off[1]
+            paths = cr_paths(det, cy, cx, self.sigclip, self.sigfrac)
+            masks = cr_cell_masks(det, x, cy, cx, self.gain, self.readnoise, self.sigclip,
+                                  self.sigfrac)
             if ctx.composite:
-                ctx.lwrite_pairs(cells, payloads=path_payloads(paths))
+                ctx.lwrite_pairs(cells, payloads=cr_payloads(paths, masks))
             if ctx.full:
-                ctx.lwrite_pairs(cells, path_lineage(cells, paths, self.in_shapes[0]))
+                ctx.lwrite_pairs(cells, cr_lineage(cells, paths, masks, self.in_shapes[0]))
         if ctx.full:
             rest = ctx.chunk.out_box.linear(self.out_shape)[~cand.reshape(-1)]
             if len(rest):
@@ -949,7 +1047,7 @@ def astronomy_udfs(sky: float = 600.0, threshold: float = 100.0) -> dict[str, UD
 
 __all__ = [
     "CR_RADIUS", "RMCR_RADIUS", "SP_RADIUS", "CosmicRayDetect", "LACosmic", "lacosmic",
-    "cr_paths", "path_payloads", "path_lineage", "CosmicRayRemove", "StarDetect",
+    "TAG_CELLS", "cr_paths", "cr_cell_masks", "cr_payloads", "cr_lineage", "CosmicRayRemove", "StarDetect",
     "astronomy_udfs", "default_gate", "detect_cosmic_rays", "remove_cosmic_rays",
     "label_stars", "star_pixels", "star_lineage", "encode_stars", "decode_star",
 ]

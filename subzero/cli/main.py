@@ -11,12 +11,12 @@ import os
 import sys
 from typing import Sequence
 
-from subzero.cli import bench, check, optimize, query, replay, runs
+from subzero.cli import bench, check, optimize, query, replay, runs, serve
 from subzero.cli.common import EXIT_USAGE, Parser
 from subzero.errors import SubZeroError
 
 #: the modules whose ``register(subparsers, common)`` adds their commands, in help order
-COMMANDS = (runs, query, replay, optimize, check, bench)
+COMMANDS = (runs, query, serve, replay, optimize, check, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -120,9 +120,9 @@ class QueryExecutor:
                 self._dag_steps[key] = dag_steps(wf, direction, start, to)
             steps, target = self._dag_steps[key], to
         f0 = start_frontier(wf.array_shape(start), cells)
-        got, done = self._walk(direction, start, target, steps, f0, method)
+        got, done, along = self._walk(direction, start, target, steps, f0, method)
         res = LineageResult(self.run.id, direction, target, got, done,
-                            time.perf_counter() - t0, start)
+                            time.perf_counter() - t0, start, along)
         if self.log:
             self.catalog.log_query(
                 self.run.id, direction, start, target,
@@ -132,10 +132,12 @@ class QueryExecutor:
 
     # -- walking ---------------------------------------------------------------------------
     def _walk(self, direction: str, start: str, target: str, steps: list[tuple[str, int]],
-              f0: Frontier, method: str) -> tuple[Frontier, list[Step]]:
+              f0: Frontier, method: str
+              ) -> tuple[Frontier, list[Step], dict[str, Frontier]]:
         """Propagate frontiers along ``steps``, in order: each step reads the frontier of
         the array it starts from and adds its answer to the array it reaches (a union where
-        paths meet)."""
+        paths meet). Returns the target's frontier, the steps, and the frontier reached in
+        every array along the way."""
         wf = self.run.workflow
         backward = direction == "backward"
         fronts: dict[str, Frontier] = {start: f0}
@@ -149,7 +151,7 @@ class QueryExecutor:
             done.append(step)
             fronts[there] = fronts[there].union(got) if there in fronts else got
         empty = Frontier(wf.array_shape(target), lin=np.empty(0, dtype=np.uint64))
-        return fronts.get(target, empty), done
+        return fronts.get(target, empty), done, fronts
 
     # -- one step --------------------------------------------------------------------------
     def methods(self, op_name: str) -> list[tuple[str, Strategy | None]]:

@@ -46,6 +46,8 @@ class LineageResult:
     steps: list[Step] = field(default_factory=list)
     elapsed_s: float = 0.0
     start: str = ""
+    #: the frontier reached in every array along the way (start and target included)
+    along: dict[str, Frontier] = field(default_factory=dict)
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -16,7 +16,8 @@ from subzero.testing import (assert_sound_by_perturbation, bind, brute_forward, 
 from workflows.astro_data import (CRTEST_FILE, EXPOSURE_FILES, SKY, generate_scene,
                                   load_exposure, load_fits, subtract_background)
 from workflows.astro_udfs import (CR_RADIUS, SP_RADIUS, CosmicRayDetect, CosmicRayRemove,
-                                  StarDetect, _laplacian_plus, astronomy_udfs, cr_paths,
+                                  TAG_CELLS, StarDetect, _laplacian_plus, astronomy_udfs,
+                                  cr_cell_masks, cr_paths,
                                   decode_star, default_gate, lacosmic,
                                   detect_cosmic_rays, encode_stars, label_stars,
                                   remove_cosmic_rays, star_lineage, star_pixels)
@@ -521,9 +522,35 @@ def test_cr_payloads_are_few_and_small():
     _, _, pays = run_chunked(op, [RMBG1], 2, modes=(Mode.COMP,))
     assert pays.out_cells == int((RMBG1 > op.gate).sum()) < 0.1 * RMBG1.size
     lengths = pays.payload.lengths
-    assert set(lengths.tolist()) <= {1, 2, 3}
-    radii = pays.payload.values[pays.payload.offsets[:-1]]
-    assert set(radii.tolist()) <= {SP_RADIUS, SP_RADIUS + 1, CR_RADIUS} and SP_RADIUS in radii
+    assert set(lengths.tolist()) <= {1, 2, 3, 5}
+    kinds = pays.payload.values[pays.payload.offsets[:-1]]
+    assert set(kinds.tolist()) <= {SP_RADIUS, SP_RADIUS + 1, CR_RADIUS, TAG_CELLS}
+    assert TAG_CELLS in kinds and SP_RADIUS in kinds
+    assert (lengths[kinds == TAG_CELLS] == 5).all()
+
+
+def test_cr_cell_masks_prove_a_rejection_with_few_cells():
+    """A rejected candidate whose S alone rules out growth names its cross (and, unless
+    the noise floor suffices, the 13 largest pixels of its 5x5 median window): every such
+    candidate of both test exposures keeps its output under adversarial changes of all
+    other pixels."""
+    for x in (RMBG1, RMBG2):
+        op = bind(CosmicRayDetect(sky=SKY), x)
+        det = lacosmic(x, sky=SKY)
+        cy, cx = np.nonzero(x > op.gate)
+        masks = cr_cell_masks(det, x, cy, cx, op.gain, op.readnoise, op.sigclip, op.sigfrac)
+        has = masks != 0
+        assert has.any() and not det.mask[cy[has], cx[has]].any()
+        counts = np.array([bin(int(m)).count("1") for m in masks[has]])
+        assert set(counts.tolist()) <= set(range(5, 19))
+        assert (det.s[cy[has], cx[has]] <= op.sigclip * op.sigfrac).all()
+        _, _, pays = run_chunked(op, [x], 2, modes=(Mode.COMP,))
+        backward = _backward(op, pays, Mode.COMP)
+        for j, k in enumerate(np.flatnonzero(has)):
+            lineage = backward(mask_from_linear(as_linear([(cy[k], cx[k])], x.shape),
+                                                x.shape), 0)
+            assert lineage.sum() == counts[j]
+            assert_sound_adversarially(op, [x], [(cy[k], cx[k])], backward)
 
 
 def test_cr_paths_name_what_decided_each_flag():
@@ -569,6 +596,25 @@ def test_cr_lineage_is_sound_on_the_real_exposures(shared_data):
             backward = _backward(op, _pairs(op, [crop], mode, 2), mode)
             assert_sound_adversarially(op, [crop], [cell], backward)
             assert_sound_by_perturbation(op, [crop], [cell], backward=backward, trials=2)
+
+
+def test_a_flat_bright_plateau_is_rejected_by_its_cross_alone():
+    """L+ is 0 inside a flat plateau, so S is 0 however small the noise gets: the pixel
+    and its 4 neighbours are the whole lineage."""
+    x = np.random.default_rng(2).normal(0.0, 5.0, (15, 15))
+    x[5:10, 5:10] = 200.0
+    op = bind(CosmicRayDetect(sky=SKY), x)
+    det = lacosmic(x, sky=SKY)
+    m = cr_cell_masks(det, x, np.array([7]), np.array([7]), op.gain, op.readnoise,
+                      op.sigclip, op.sigfrac)
+    assert bin(int(m[0])).count("1") == 5
+    for mode in (Mode.COMP, Mode.FULL):
+        backward = _backward(op, _pairs(op, [x], mode, 2), mode)
+        got = backward(mask_from_linear(as_linear([(7, 7)], x.shape), x.shape), 0)
+        assert sorted(map(tuple, np.argwhere(got).tolist())) == [(6, 7), (7, 6), (7, 7),
+                                                                 (7, 8), (8, 7)]
+        assert_sound_adversarially(op, [x], [(7, 7)], backward)
+        assert_sound_by_perturbation(op, [x], [(7, 7)], backward=backward, trials=4)
 
 
 def test_cr_lineage_is_mostly_smaller_than_the_13x13_box():

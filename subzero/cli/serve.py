@@ -1,0 +1,74 @@
+"""``subzero serve``: the web explorer on one home (see :mod:`subzero.serve`)."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import socket
+import sys
+from typing import Any
+
+from subzero.cli.common import CliError
+from subzero import serve
+from subzero.engine import layout
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound here so that a port in use is one clear line."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        raise CliError(f"--host {host!r}: not an address this machine can bind") from None
+    family, _, _, _, addr = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(addr)
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise CliError(f"port {port} on {host} is already in use; choose another with "
+                           "--port N (or --port 0 for any free port)") from None
+        raise CliError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    sock.listen(128)
+    return sock
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    if not 0 <= args.port <= 65535:
+        raise CliError(f"--port {args.port}: expected a port number 0..65535")
+    token = args.token or os.environ.get("SUBZERO_TOKEN") or None
+    loopback = args.host in LOOPBACK
+    if not loopback and not token:
+        raise CliError(f"--host {args.host}: serving beyond this machine needs a token "
+                       "(--token TOKEN or $SUBZERO_TOKEN), which every request must carry")
+    app = serve.create_app(args.home, token=token, loopback=loopback)
+    sock = bind(args.host, args.port)
+    port = sock.getsockname()[1]
+    shown = f"[{args.host}]" if ":" in args.host else args.host
+    url = f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
+    home = layout.resolve_home(args.home)
+    print(f"subzero: serving {home} at {url} (Ctrl-C stops)", file=sys.stderr, flush=True)
+    _run(app, sock)
+    return 0
+
+
+def _run(app: Any, sock: socket.socket) -> None:
+    import uvicorn  # the ASGI server only for `subzero serve`
+
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    s = sub.add_parser("serve", parents=[common],
+                       help="the web explorer: click a pixel, see its lineage")
+    s.add_argument("--port", type=int, default=8765, help="port (default 8765; 0: any free)")
+    s.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1; another needs --token)")
+    s.add_argument("--token", default=None,
+                   help="a secret every request must carry (default $SUBZERO_TOKEN)")
+    s.set_defaults(func=cmd_serve)

@@ -1,0 +1,245 @@
+"""The explorer's JSON API against a running `subzero serve`: answers equal the Python API's,
+tiles are PNG, downloads hold the mask, bad requests get one clear 4xx line, nothing is
+written to the stored run, and the server survives all of it."""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import io
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from subzero.serve.explorer import rle, unrle, view_shape
+from tests.serve.conftest import ROOT, Server
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+@given(st.lists(st.integers(0, 499), max_size=200))
+@settings(max_examples=200, deadline=None)
+def test_rle_round_trips_any_set_of_cells(cells):
+    lin = np.unique(np.asarray(cells, dtype=np.uint64))
+    runs = rle(lin)
+    assert (runs[1::2] > 0).all() if len(runs) else True
+    np.testing.assert_array_equal(np.flatnonzero(unrle(runs, 500)), lin.astype(np.int64))
+
+
+@pytest.mark.parametrize("shape, view", [((), (1, 1)), ((7,), (1, 7)), ((3, 4), (3, 4)),
+                                         ((2, 3, 4), (6, 4))])
+def test_view_shape_is_rows_by_last_axis(shape, view):
+    assert view_shape(shape) == view
+
+
+def _tree_digest(path: Path) -> str:
+    """Every file of a run's folder (names, sizes, contents)."""
+    h = hashlib.sha256()
+    for p in sorted(path.rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(path)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def test_runs_and_run_info(server, astro_home):
+    _, run = astro_home
+    status, runs = server.json("/api/runs")
+    assert status == 200 and [r["id"] for r in runs] == [run.id]
+    status, info = server.json(f"/api/runs/{run.id}")
+    assert status == 200 and info["workflow"] == "astronomy"
+    assert {a["name"] for a in info["arrays"]} == set(run.arrays)
+    ops = {o["name"]: o for o in info["operators"]}
+    assert ops["clust"]["strategies"] and ops["clust"]["lineage_bytes"] > 0
+    assert ops["clust"]["inputs"] == ["rmcr"] and ops["clust"]["runtime_s"] > 0
+    assert info["inputs"][:2] == ["exp1", "exp2"] and info["outputs"] == ["clust"]
+    assert [q["name"] for q in info["named"]] == list(run.workflow.queries)
+    assert server.json("/api/runs/latest")[1]["run"] == run.id
+
+
+def test_tiles_are_png_of_the_array(server, astro_home):
+    _, run = astro_home
+    status, png, headers = server.get(f"/api/runs/{run.id}/arrays/exp1/tiles/0/0/0.png")
+    assert status == 200 and headers["content-type"] == "image/png"
+    from PIL import Image
+
+    img = Image.open(io.BytesIO(png))
+    h, w = run.shape("exp1")
+    assert img.size == (min(256, w), min(256, h)) and img.mode == "L"
+    pixels = np.asarray(img)
+    assert pixels.std() > 5  # a stretched image, not a flat one
+    status, png, _ = server.get(f"/api/runs/{run.id}/arrays/exp1/tiles/3/0/0.png")
+    assert Image.open(io.BytesIO(png)).size == (-(-w // 8), -(-h // 8))  # one tile, 8x coarser
+
+
+@pytest.mark.parametrize("name", ["BQ0", "BQ1", "BQ4", "FQ0"])
+def test_named_queries_answer_as_the_python_api(server, astro_home, name):
+    _, run = astro_home
+    expected = run.named_query(name)
+    status, doc = server.json(f"/api/runs/{run.id}/named/{name}")
+    assert status == 200 and doc["named"] == name
+    res = doc["results"][0]
+    assert res["array"] == expected.array and res["count"] == expected.count
+    mask = unrle(res["mask"]["runs"], int(np.prod(res["shape"]))).reshape(res["shape"])
+    np.testing.assert_array_equal(mask, expected.mask)
+    assert [s["operator"] for s in res["steps"]] == [s.operator for s in expected.steps]
+    # every array along the path has its mask; the start holds the query's cells
+    assert set(res["along"]) >= {s["reached"] for s in res["steps"]}
+
+
+def test_cells_and_boxes_forward_and_backward(server, astro_home):
+    _, run = astro_home
+    status, doc = server.json(f"/api/runs/{run.id}/query?direction=backward&from=rmcr"
+                              "&cells=100,100;101,101&to=exp1")
+    assert status == 200
+    assert doc["results"][0]["count"] == run.backward([(100, 100), (101, 101)], "rmcr",
+                                                      to="exp1").count
+    body = {"direction": "forward", "from": "exp1", "box": "50:60,50:60", "to": "rmcr"}
+    status, doc = server.json(f"/api/runs/{run.id}/query", body=body)
+    assert status == 200 and doc["results"][0]["count"] == run.forward(
+        np.argwhere(np.ones((10, 10), bool)) + 50, "exp1", to="rmcr").count
+    # no target: backward to the workflow's inputs, one result each
+    status, doc = server.json(f"/api/runs/{run.id}/query?direction=backward&from=sumexp"
+                              "&cells=5,5")
+    assert status == 200 and {r["array"] for r in doc["results"]} >= {"exp1", "exp2"}
+
+
+def test_downloads_hold_the_mask(server, astro_home):
+    _, run = astro_home
+    expected = run.named_query("BQ1").mask
+    status, raw, headers = server.get(f"/api/runs/{run.id}/named/BQ1.npy")
+    assert status == 200 and "attachment" in headers["content-disposition"]
+    np.testing.assert_array_equal(np.load(io.BytesIO(raw)), expected)
+    status, raw, _ = server.get(f"/api/runs/{run.id}/query.fits?direction=backward&from=rmcr"
+                                "&cells=100,100&to=exp1")
+    from astropy.io import fits
+
+    got = fits.getdata(io.BytesIO(raw))
+    np.testing.assert_array_equal(got.astype(bool),
+                                  run.backward([(100, 100)], "rmcr", to="exp1").mask)
+
+
+BAD = [
+    ("/api/runs/r999", 404, "r999"),
+    ("/api/runs/..%2f..%2fetc", 404, "etc"),
+    ("/api/runs/r1%2f..", 404, ""),
+    ("/api/runs/{run}/arrays/nosuch/tiles/0/0/0.png", 404, "nosuch"),
+    ("/api/runs/{run}/arrays/..%2fcatalog.sqlite/tiles/0/0/0.png", 404, "catalog.sqlite"),
+    ("/api/runs/{run}/arrays/exp1/tiles/0/99/0.png", 400, "(99, 0)"),
+    ("/api/runs/{run}/arrays/exp1/tiles/40/0/0.png", 400, "zoom 40"),
+    ("/api/runs/{run}/query?direction=sideways&from=exp1&cells=1,1", 400, "sideways"),
+    ("/api/runs/{run}/query?direction=backward&from=nosuch&cells=1,1", 404, "nosuch"),
+    ("/api/runs/{run}/query?direction=backward&from=clust&cells=99999,1&to=exp1", 400,
+     "(99999, 1)"),
+    ("/api/runs/{run}/query?direction=backward&from=clust&cells=-1,1&to=exp1", 400, "(-1, 1)"),
+    ("/api/runs/{run}/query?direction=backward&from=clust&cells=a,b&to=exp1", 400, "'a,b'"),
+    ("/api/runs/{run}/query?direction=backward&from=clust&cells=1,2,3&to=exp1", 400, "1, 2, 3"),
+    ("/api/runs/{run}/query?direction=backward&from=clust&cells=1,1&to=nosuch", 404, "nosuch"),
+    ("/api/runs/{run}/query?direction=backward&from=clust&box=0:5&to=exp1", 400, "0:5"),
+    ("/api/runs/{run}/query?direction=backward&from=clust&box=5:2,0:3&to=exp1", 400, "5:2"),
+    ("/api/runs/{run}/query?direction=backward&from=clust&box=0:9999,0:9999&to=exp1", 400,
+     "0:9999"),
+    ("/api/runs/{run}/query?direction=backward&from=clust&to=exp1", 400, "cells"),
+    ("/api/runs/{run}/query?direction=backward&from=clust&cells=1,1&path=clust", 400, "clust"),
+    ("/api/runs/{run}/query?direction=backward&from=exp1&cells=1,1", 400, "exp1"),
+    ("/api/runs/{run}/query?direction=backward&from=clust&cells=1,1&to=exp1&method=magic", 400,
+     "magic"),
+    ("/api/runs/{run}/named/BQ99", 404, "BQ99"),
+    ("/api/runs/{run}/named/BQ1.zip", 400, "zip"),
+    ("/api/runs/{run}/query.npy?direction=backward&from=clust&cells=1,1", 400, "target"),
+    ("/nosuch/page", 404, "/nosuch/page"),
+    ("/static/..%2f..%2fapi.py", 404, ""),
+]
+
+
+def test_bad_requests_get_one_line_and_change_nothing(server, astro_home):
+    home, run = astro_home
+    before = _tree_digest(home / "runs" / run.id) if (home / "runs" / run.id).exists() else \
+        _tree_digest(home)
+    for path, code, word in BAD:
+        status, raw, headers = server.get(path.format(run=run.id))
+        assert status == code, (path, status, raw[:200])
+        if headers.get("content-type", "").startswith("application/json"):
+            msg = json.loads(raw)["error"]
+            assert "\n" not in msg and word in msg, (path, msg)
+        else:
+            assert path.startswith("/static"), (path, headers)
+    # a malformed body, a body that is not an object, a huge body, cells over the limit
+    for body, code, word in [(b"{not json", 400, "not JSON"), (b"[1, 2]", 400, "object"),
+                             (json.dumps({"direction": "backward", "from": "clust", "to":
+                                          "exp1", "cells": [[1, 1]] * 1_000_001}).encode(),
+                              413, "1,000,000")]:
+        status, raw, _ = server.get(f"/api/runs/{run.id}/query", data=body,
+                                    headers={"Content-Type": "application/json"})
+        assert status == code and word in json.loads(raw)["error"], raw[:200]
+    # a body announced larger than the limit is refused before it is read
+    host, port = server.url.split("//")[1].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    conn.putrequest("POST", f"/api/runs/{run.id}/query")
+    conn.putheader("Content-Length", str(17 << 20))
+    conn.putheader("Content-Type", "application/json")
+    conn.endheaders()
+    resp = conn.getresponse()
+    assert resp.status == 413 and "bytes" in json.loads(resp.read())["error"]
+    conn.close()
+    status, raw, _ = server.get("/api/runs", headers={"Host": "attacker.example"})
+    assert status == 400 and "attacker.example" in json.loads(raw)["error"]
+    assert server.alive()
+    assert server.json("/api/runs/latest")[0] == 200  # still answering
+    after = _tree_digest(home / "runs" / run.id) if (home / "runs" / run.id).exists() else \
+        _tree_digest(home)
+    assert before == after
+
+
+def _serve(home, *args, env=None):
+    return subprocess.run([sys.executable, "-m", "subzero.cli", "serve", "--home", str(home),
+                           *args], capture_output=True, text=True, timeout=60,
+                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT), **(env or {})})
+
+
+def test_a_port_in_use_is_one_line_and_exit_2(astro_home):
+    home, _ = astro_home
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        p = _serve(home, "--port", str(port))
+    assert p.returncode == 2 and p.stderr.count("\n") == 1
+    assert "already in use" in p.stderr and str(port) in p.stderr
+
+
+@pytest.mark.parametrize("args, word", [(["--host", "0.0.0.0"], "--token"),
+                                        (["--port", "70000"], "70000"),
+                                        (["--port", "x"], "'x'")])
+def test_bad_serve_options_are_one_line_and_exit_2(astro_home, args, word):
+    home, _ = astro_home
+    p = _serve(home, *args)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and word in p.stderr, p.stderr
+
+
+def test_a_home_without_runs_is_one_line_and_exit_2(tmp_path):
+    p = _serve(tmp_path / "empty", "--port", "0")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "no SubZero home" in p.stderr
+    assert not (tmp_path / "empty").exists()  # nothing created
+
+
+def test_beyond_loopback_every_request_carries_the_token(astro_home):
+    home, run = astro_home
+    s = Server(home, "--host", "0.0.0.0", env={"SUBZERO_TOKEN": "s3cret-token"})
+    try:
+        assert s.get("/api/runs")[0] == 401
+        assert s.get("/")[0] == 401
+        assert s.get("/api/runs", headers={"Authorization": "Bearer wrong"})[0] == 401
+        assert s.get("/api/runs", headers={"Authorization": "Bearer s3cret-token"})[0] == 200
+        status, _, headers = s.get("/?token=s3cret-token")
+        assert status == 200 and "subzero_token=s3cret-token" in headers.get("set-cookie", "")
+        assert s.get("/api/runs", headers={"Cookie": "subzero_token=s3cret-token"})[0] == 200
+    finally:
+        s.stop()

@@ -1,0 +1,105 @@
+"""The explorer as a person uses it, in a real headless Chromium: open the page, pick the
+astronomy run, open `clust`, choose backward to `exp1`, click a pixel of a star; the overlay
+appears and its count equals the API's and the command line's for the same cell."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.serve.conftest import ROOT, wait_for
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def _star_pixel(run):
+    """The brightest pixel of the largest star of clust (a label > 0)."""
+    clust = np.asarray(run.array("clust"))
+    labels, sizes = np.unique(clust[clust > 0], return_counts=True)
+    star = labels[np.argmax(sizes)]
+    rmcr = np.asarray(run.array("rmcr"))
+    cells = np.argwhere(clust == star)
+    r, c = cells[np.argmax(rmcr[tuple(cells.T)])]
+    return int(r), int(c)
+
+
+def test_click_a_star_and_see_its_lineage(server, browser, astro_home, tmp_path):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    home, run = astro_home
+    d = browser
+    d.get(server.url + "/")
+    wait_for(lambda: d.find_elements(By.CSS_SELECTOR, "#graph .node"), what="the workflow graph")
+    runs = Select(d.find_element(By.ID, "run-select"))
+    assert any("astronomy" in o.text for o in runs.options)
+    runs.select_by_value(run.id)
+    d.find_element(By.CSS_SELECTOR, '#graph .node[data-array="clust"]').click()
+    wait_for(lambda: d.find_element(By.ID, "array-name").text == "clust", what="clust open")
+    d.find_element(By.ID, "direction-backward").click()
+    Select(d.find_element(By.ID, "target-select")).select_by_value("exp1")
+
+    r, c = _star_pixel(run)
+    d.execute_script("document.getElementById('viewer').scrollIntoView()")
+    d.execute_script("window.subzero.centerOn(arguments[0], arguments[1], 8)", r, c)
+    off = d.execute_script("return window.subzero.cellOffset(arguments[0], arguments[1])", r, c)
+    viewer = d.find_element(By.ID, "viewer")
+    ActionChains(d).move_to_element_with_offset(viewer, round(off["dx"]), round(off["dy"])) \
+        .click().perform()
+
+    count_el = wait_for(lambda: d.find_elements(By.ID, "result-count"), what="a result")[0]
+    wait_for(lambda: d.find_element(By.ID, "array-name").text == "exp1", what="exp1 shown")
+    sent = d.execute_script("return window.subzero.state.answer.spec")
+    assert sent["from"] == "clust" and sent["cells"] == f"{r},{c}" and sent["to"] == "exp1"
+    shown = int(count_el.text.replace(",", ""))
+    assert count_el.get_attribute("data-array") == "exp1"
+
+    status, doc = server.json(f"/api/runs/{run.id}/query?direction=backward&from=clust"
+                              f"&cells={r},{c}&to=exp1")
+    assert status == 200
+    cli = subprocess.run([sys.executable, "-m", "subzero.cli", "query", run.id, "backward",
+                          "--from", "clust", "--cells", f"{r},{c}", "--to", "exp1", "--json",
+                          "--home", str(home)], capture_output=True, text=True, timeout=120,
+                         cwd=ROOT)
+    assert cli.returncode == 0, cli.stderr
+    assert shown == doc["results"][0]["count"] == json.loads(cli.stdout)["count"] > 1
+
+    # the overlay is drawn over exp1, and the steps of the path can be opened one by one
+    assert wait_for(lambda: d.execute_script("return window.subzero.overlayPixels()"),
+                    what="overlay pixels") > 0
+    steps = d.find_elements(By.CSS_SELECTOR, "#steps tr[data-reached]")
+    assert len(steps) == len(doc["results"][0]["steps"])
+    shot = tmp_path / "explorer.png"
+    d.save_screenshot(str(shot))
+    assert shot.stat().st_size > 10_000
+    print(f"screenshot: {shot}")
+    steps[0].click()  # the first step: clust back to rmcr
+    wait_for(lambda: d.find_element(By.ID, "array-name").text == steps_reached(doc, 0),
+             what="the first step's array")
+    assert d.execute_script("return window.subzero.overlayPixels()") > 0
+
+
+def steps_reached(doc, i):
+    return doc["results"][0]["steps"][i]["reached"]
+
+
+def test_named_query_is_one_click(server, browser, astro_home):
+    from selenium.webdriver.common.by import By
+
+    _, run = astro_home
+    d = browser
+    d.get(server.url + "/")
+    wait_for(lambda: d.find_elements(By.CSS_SELECTOR, '#named button[data-named="BQ3"]'),
+             what="named queries")
+    d.find_element(By.CSS_SELECTOR, '#named button[data-named="BQ3"]').click()
+    el = wait_for(lambda: d.find_elements(By.ID, "result-count"), what="BQ3's result")[0]
+    expected = run.named_query("BQ3")
+    assert int(el.text.replace(",", "")) == expected.count
+    assert el.get_attribute("data-array") == expected.array
+    assert wait_for(lambda: d.execute_script("return window.subzero.overlayPixels()"),
+                    what="overlay pixels") > 0
