@@ -27,7 +27,7 @@ from subzero.engine.catalog import Catalog
 from subzero.engine.runner import RunResult, run_workflow
 from subzero.engine.replay import ReplayResult, replay_run, replay_values
 from subzero.engine.runs import LoadedRun, load_run
-from subzero.engine.spark import active_session
+from subzero.engine.spark import active_session, get_spark
 from subzero.errors import StoreError, SubZeroError
 from subzero.lineagecheck import LineageCheck, check_operator
 from subzero.testing import bind
@@ -240,9 +240,12 @@ class Run:
         if quiet is None:
             quiet = os.environ.get("SUBZERO_QUIET", "0") not in ("", "0")
         text = "NaN" if nan else ("given values" if values is not None else str(value))
+        spark = active_session()
+        if where == "spark" and spark is None:
+            spark = get_spark(None, layout.logs_dir(self.home), notify=None if quiet else say)
         try:
             res = replay_run(self.loaded, array, mask, vals, reach, to=targets or None,
-                             value_text=text, spark=active_session(), where=where,
+                             value_text=text, spark=spark, where=where,
                              notify=None if quiet else say)
         finally:
             qx.close()
@@ -276,14 +279,15 @@ def optimized_plan(wf: Workflow, home: Any, max_disk: int | None = None
 def check_lineage(operator: Any, inputs: Sequence[Any] | None = None, samples: int = 24,
                   seed: int = 0, params: Mapping[str, Any] | None = None,
                   modes: Sequence[str] | None = None, shape: Sequence[int] | None = None,
-                  split: Any = 2, rtol: float = 0.0) -> LineageCheck:
+                  split: Any = 2, rtol: float = 0.0, cells: Any = None) -> LineageCheck:
     """Is an operator's declared lineage right? Checks it by perturbation on the driver
     (no Spark): see :mod:`subzero.lineagecheck` for what is sampled and measured.
 
     ``operator`` is a built-in or shipped UDF by class name (``"MedianFilter"``,
     ``"CosmicRayDetect"``), ``"module:Class"``, an operator class or an instance; ``params``
     its constructor's keyword arguments; ``inputs`` numpy arrays (default: the operator's
-    own kind of data, or ``shape`` random floats per input, from ``seed``).
+    own kind of data, or ``shape`` random floats per input, from ``seed``); ``cells`` output
+    cells to check instead of sampled ones.
 
     >>> rep = subzero.check_lineage("CosmicRayDetect", samples=16)     # doctest: +SKIP
     >>> rep.sound, rep.mode("COMP").tightness                          # doctest: +SKIP
@@ -297,4 +301,4 @@ def check_lineage(operator: Any, inputs: Sequence[Any] | None = None, samples: i
     name = operator if isinstance(operator, str) else type(op).__name__
     bound = bind(op, *arrays, name=name)
     return check_operator(bound, arrays, samples=samples, seed=seed, modes=modes, split=split,
-                          rtol=rtol)
+                          rtol=rtol, cells=cells)

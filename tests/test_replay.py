@@ -368,3 +368,25 @@ def test_replay_on_spark_equals_replay_on_the_driver(parents):
         assert not differs(here.array(name), there.array(name)).any(), name
     assert ([(a.name, a.changed, a.tiles) for a in here.replayed.arrays]
             == [(a.name, a.changed, a.tiles) for a in there.replayed.arrays])
+
+
+@pytest.mark.slow
+def test_a_derived_run_replays_again(parents, spark, tmp_path):
+    """A derived run is a run: replaying it again (two changes, one after the other) equals
+    a full run with both changes, and leaves the first derived run's files as they were."""
+    run = parents("example")
+    first = run.replay("image", Box((70, 40), (80, 50)), value=60000, quiet=True)
+    before = _digest(first.home / "runs" / first.id)
+    second = first.replay("image", Box((120, 90), (125, 96)), value=0, quiet=True)
+    assert _digest(first.home / "runs" / first.id) == before
+    data = _changed_input(run, "image", Box((70, 40), (80, 50)), 60000)
+    data[120:125, 90:96] = 0
+    ref = _reference(run, "image", data, tmp_path / "ref", spark)
+    for name, want in ref.items():
+        assert not differs(second.array(name), want).any(), name
+    cat = Catalog(run.home / "catalog.sqlite")
+    try:
+        assert cat.run(second.id)["parent"] == first.id
+        assert cat.derived_runs(run.id)[-1] == first.id
+    finally:
+        cat.close()

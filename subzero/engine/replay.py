@@ -63,8 +63,11 @@ LIST_CELLS = 20
 #: arrays of at most this many cells are held whole in memory while replaying (the next
 #: operator reads them from there, not from zarr)
 CACHE_CELLS = 1 << 23
-#: threads writing recomputed blocks while the next operator computes
+#: threads writing recomputed blocks (and reading the parent's) while operators compute
 WRITERS = 2
+#: threads computing the tiles of one operator, when it has several of this many cells
+COMPUTE = 2
+THREAD_CELLS = 1 << 16
 
 
 def _cells(shape: Sequence[int]) -> int:
@@ -246,7 +249,12 @@ class _Derived:
     #: block writes still in flight, per array (written while the next operator computes)
     writes: dict[str, list[Future]] = field(default_factory=dict)
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
-        max_workers=WRITERS, thread_name_prefix="subzero-replay-write"))
+        max_workers=WRITERS, thread_name_prefix="subzero-replay-io"))
+    #: the parent's arrays being read in the background
+    reading: dict[str, Future] = field(default_factory=dict)
+    #: threads computing the tiles of one large operator at once (numpy releases the GIL)
+    compute: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
+        max_workers=COMPUTE, thread_name_prefix="subzero-replay-tile"))
 
     def path(self, name: str) -> Path:
         return layout.array_path(self.home, self.rid, name)
@@ -282,8 +290,15 @@ class _Derived:
             self.values[name] = arrays.read_array(self.path(name))
         return self.values[name]
 
+    def old_future(self, name: str) -> None:
+        """Start reading the parent's whole array ``name`` (if small enough to hold)."""
+        if _cells(self.parent.arrays[name]["shape"]) <= CACHE_CELLS:
+            self.reading[name] = self.pool.submit(arrays.read_array, self.parent_path(name))
+
     def old_value(self, name: str) -> np.ndarray | None:
         """The parent's whole array ``name`` (None when too large to hold)."""
+        if name in self.reading:
+            self.old[name] = self.reading.pop(name).result()
         if name not in self.old:
             if _cells(self.parent.arrays[name]["shape"]) > CACHE_CELLS:
                 return None
@@ -386,9 +401,18 @@ def _recompute(d: _Derived, name: str, reach: np.ndarray, spark: Any, where: str
     else:
         memories = [_memory(d, j, node.inputs, whole) for j in jobs]
         results, blocks = [], []
-        for j, mine in zip(jobs, memories):
+        if whole and name not in d.old:  # the parent's array, read while the tiles compute
+            d.old_future(name)
+
+        def one(job_mine: tuple[Any, dict]) -> dict[str, Any]:
+            j, mine = job_mine
             ins = tuple(src if src in mine else None for src in node.inputs)
-            res = run_task(replace(j, memory=ins), mine)
+            return run_task(replace(j, memory=ins), mine)
+
+        many = len(jobs) > 1 and cells >= THREAD_CELLS
+        done = (list(d.compute.map(one, zip(jobs, memories))) if many
+                else [one(jm) for jm in zip(jobs, memories)])
+        for res, mine in zip(done, memories):
             results.append(res)
             raise_task_error(name, [res])
             box, block = mine[name]
@@ -567,12 +591,14 @@ def replay_run(parent: LoadedRun, array: str, mask: np.ndarray, values: np.ndarr
         _finish(d, res, t_start)
         return res
     except BaseException as e:
+        d.compute.shutdown(wait=True, cancel_futures=True)
         d.pool.shutdown(wait=True, cancel_futures=True)  # nothing written after the mark
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         cat.finish_run(rid, "failed", error=f"replay: {msg}",
                        runtime_s=time.perf_counter() - t_start)
         raise
     finally:
+        d.compute.shutdown(wait=True)
         d.pool.shutdown(wait=True)
         cat.close()
 
