@@ -279,14 +279,15 @@ def optimized_plan(wf: Workflow, home: Any, max_disk: int | None = None
 def check_lineage(operator: Any, inputs: Sequence[Any] | None = None, samples: int = 24,
                   seed: int = 0, params: Mapping[str, Any] | None = None,
                   modes: Sequence[str] | None = None, shape: Sequence[int] | None = None,
-                  split: Any = 2, rtol: float = 0.0) -> LineageCheck:
+                  split: Any = 2, rtol: float = 0.0, cells: Any = None) -> LineageCheck:
     """Is an operator's declared lineage right? Checks it by perturbation on the driver
     (no Spark): see :mod:`subzero.lineagecheck` for what is sampled and measured.
 
     ``operator`` is a built-in or shipped UDF by class name (``"MedianFilter"``,
     ``"CosmicRayDetect"``), ``"module:Class"``, an operator class or an instance; ``params``
     its constructor's keyword arguments; ``inputs`` numpy arrays (default: the operator's
-    own kind of data, or ``shape`` random floats per input, from ``seed``).
+    own kind of data, or ``shape`` random floats per input, from ``seed``); ``cells`` output
+    cells to check instead of sampled ones.
 
     >>> rep = subzero.check_lineage("CosmicRayDetect", samples=16)     # doctest: +SKIP
     >>> rep.sound, rep.mode("COMP").tightness                          # doctest: +SKIP
@@ -300,4 +301,4 @@ def check_lineage(operator: Any, inputs: Sequence[Any] | None = None, samples: i
     name = operator if isinstance(operator, str) else type(op).__name__
     bound = bind(op, *arrays, name=name)
     return check_operator(bound, arrays, samples=samples, seed=seed, modes=modes, split=split,
-                          rtol=rtol)
+                          rtol=rtol, cells=cells)

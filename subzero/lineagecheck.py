@@ -68,7 +68,7 @@ class CellCheck:
     """One sampled output cell in one mode."""
 
     cell: tuple[int, ...]
-    why: str  # how it was sampled: corner, edge, border, rare, payload, random
+    why: str  # how it was sampled: corner, edge, border, rare, payload, random, given
     declared: int  # input cells in its declared backward lineage (all inputs)
     influential: int | None = None  # input cells whose change alone changes it
     unsound: bool = False
@@ -386,8 +386,19 @@ def _structured(arr: np.ndarray, keep: np.ndarray) -> list[np.ndarray]:
     return []
 
 
-def _single_values(arr: np.ndarray, lin: int, rng: np.random.Generator) -> list[Any]:
-    """A few new values for one cell: a random change, and far below / far above."""
+def _vocabulary(arr: np.ndarray, most: int = 32) -> list[Any]:
+    """The most common values of a text or object array (a categorical cell matters only
+    when it takes one of the values the operator looks for)."""
+    if arr.dtype.kind not in "OTUS" or arr.size == 0:
+        return []
+    vals, counts = np.unique(arr.astype(object).astype("U").reshape(-1), return_counts=True)
+    return [str(v) for v in vals[np.argsort(-counts, kind="stable")][:most]]
+
+
+def _single_values(arr: np.ndarray, lin: int, rng: np.random.Generator,
+                   vocab: Sequence[Any] = ()) -> list[Any]:
+    """A few new values for one cell: a random change, far below / far above and NaN for
+    numbers, the array's common values for text."""
     flat = arr.reshape(-1)
     old = flat[lin]
     keep = np.ones(flat.shape, dtype=bool)
@@ -401,6 +412,8 @@ def _single_values(arr: np.ndarray, lin: int, rng: np.random.Generator) -> list[
     elif arr.dtype.kind in "iu":
         info = np.iinfo(arr.dtype)
         vals += [info.min if old != info.min else info.max, 0 if old != 0 else 1]
+    elif vocab:
+        vals += [v for v in vocab if v != str(old)]
     return vals
 
 
@@ -606,10 +619,11 @@ def _influence(runner: _Runner, res: ModeCheck, lins: list[int],
         scale = len(todo) / keep_n
         todo = [todo[k] for k in idx]
     hits = np.zeros(len(lins), dtype=np.int64)
+    vocab = [_vocabulary(a) for a in inputs]
     for i, c in todo:
         declared_by = np.array([bool(lg[i].reshape(-1)[c]) for lg in lineages])
         moved = np.zeros(len(lins), dtype=bool)
-        for v in _single_values(inputs[i], c, rng):
+        for v in _single_values(inputs[i], c, rng, vocab[i]):
             changed = [a.copy() if k == i else a for k, a in enumerate(inputs)]
             changed[i].reshape(-1)[c] = v
             moved |= runner.changed(changed, out_lin, whole=True)
@@ -624,7 +638,7 @@ def _influence(runner: _Runner, res: ModeCheck, lins: list[int],
 def check_operator(op: Any, inputs: Sequence[np.ndarray], samples: int = 24, seed: int = 0,
                    modes: Sequence[Mode | str] | None = None, split: Any = 2,
                    trials: int = 2, rtol: float = 0.0,
-                   max_influence_runs: int = 2000) -> LineageCheck:
+                   max_influence_runs: int = 2000, cells: Any = None) -> LineageCheck:
     """Check a *bound* operator's declared lineage on ``inputs`` (see the module docstring).
 
     Parameters
@@ -640,6 +654,8 @@ def check_operator(op: Any, inputs: Sequence[np.ndarray], samples: int = 24, see
     trials : random perturbations per sampled cell (structured ones are always added).
     rtol : compare floating-point outputs with this relative tolerance (0: bit for bit).
     max_influence_runs : a budget for the tightness measurement.
+    cells : check these output cells (coordinates, in any form
+        :func:`subzero.cells.as_linear` takes) instead of sampling.
     """
     if samples < 1:
         raise CheckError(f"samples must be a positive integer. Got {samples!r}.")
@@ -664,6 +680,13 @@ def check_operator(op: Any, inputs: Sequence[np.ndarray], samples: int = 24, see
                 raise CheckError(f"operator {op.name!r} does not produce {mm.value} lineage "
                                  f"(it supports {', '.join(sorted(x.value for x in supported))})")
             want.append(mm)
+    given = None
+    if cells is not None:
+        lin = np.unique(as_linear(cells, op.out_shape, "cells to check"))
+        if len(lin) == 0:
+            raise CheckError("no cells to check were given")
+        given = [(tuple(int(v) for v in np.unravel_index(int(x), op.out_shape)), "given")
+                 for x in lin]
     runner = _Runner(op, inputs, split, rtol)
     report = LineageCheck(op.name, [tuple(s) for s in op.in_shapes], [], seed)
     rng = np.random.default_rng(seed)
@@ -673,7 +696,7 @@ def check_operator(op: Any, inputs: Sequence[np.ndarray], samples: int = 24, see
             _, full, pays = run_chunked(op, inputs, split, (mode,))
         lineage = _Lineage(op, mode, full, pays)
         covered = lineage.covered if mode in (Mode.PAY, Mode.COMP) else None
-        cells = sample_cells(op, runner.base, samples, rng, split, covered)
+        cells = given or sample_cells(op, runner.base, samples, rng, split, covered)
         report.modes.append(_check_mode(op, runner, lineage, cells, seed + 101 * (k + 1),
                                         trials, max_influence_runs))
     return report

@@ -177,6 +177,28 @@ def _one(shape, cell):
     return m
 
 
+def test_given_cells_are_checked_instead_of_samples(capsys, tmp_path):
+    x = np.random.default_rng(5).normal(size=(10, 10))
+    rep = subzero.check_lineage("MedianFilter", inputs=[x], cells=[(3, 3), (0, 9)])
+    for m in rep.modes:
+        assert [(c.cell, c.why) for c in m.cells] == [((0, 9), "given"), ((3, 3), "given")]
+        assert [c.declared for c in m.cells] == [9, 25]  # a clipped and a whole 5x5 window
+    np.save(tmp_path / "x.npy", x)
+    code = main(["check-lineage", "MedianFilter", "--input", str(tmp_path / "x.npy"),
+                 "--cells", "3,3", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and [m["samples"] for m in doc["modes"]] == [1, 1]
+
+
+def test_text_cells_are_tried_with_the_values_the_operator_looks_for():
+    """Extract finds its columns by name: a name changed to one of the wanted names moves
+    the output, which random text never does; trying the array's own values finds it."""
+    rep = subzero.check_lineage("Extract", samples=8, modes=["PAY"])
+    m = rep.mode("PAY")
+    names_cells = max(m.cells, key=lambda c: c.declared)
+    assert names_cells.influential > names_cells.declared // 2
+
+
 def test_a_check_is_reproducible_from_its_seed():
     a = subzero.check_lineage("Where", samples=10, seed=3).to_json()
     b = subzero.check_lineage("Where", samples=10, seed=3).to_json()
@@ -197,6 +219,9 @@ def test_a_check_is_reproducible_from_its_seed():
     (["MedianFilter", "--input", "missing.npy"], "'missing.npy'"),
     (["Binary", "--input", "a.npy"], "takes 2 input"),
     (["MedianFilter", "--shape", "3xq"], "3xq"),
+    (["MedianFilter", "--input", "a.npy", "--cells", "9,9"], "(9, 9)"),
+    (["MedianFilter", "--input", "a.npy", "--cells", "x"], "'x'"),
+    (["MedianFilter", "--cells", "1,1"], "--cells needs --input"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, named, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -58,6 +58,17 @@ def _shape(text: str) -> tuple[int, ...]:
     return shape
 
 
+def _cells(text: str) -> list[tuple[int, ...]]:
+    """--cells "r,c;r,c": output cells to check."""
+    try:
+        out = [tuple(int(v) for v in part.split(",")) for part in text.split(";") if part.strip()]
+    except ValueError:
+        raise CliError(f"--cells {text!r}: expected cells like \"3,4;10,2\"") from None
+    if not out:
+        raise CliError(f"--cells {text!r}: expected cells like \"3,4;10,2\"")
+    return out
+
+
 def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2f}x"
 
@@ -79,9 +90,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     shape = _shape(args.shape) if args.shape else None
     if inputs is not None and shape is not None:
         raise CliError("give --input files or --shape, not both")
+    cells = None
+    if args.cells:
+        if inputs is None:
+            raise CliError("--cells needs --input files (the cells are of their output)")
+        cells = args.cells
     rep = check_lineage(args.operator, inputs=inputs, samples=_positive("--samples", args.samples),
                         seed=args.seed, params=params or None, modes=args.mode or None,
-                        shape=shape, split=_positive("--chunks", args.chunks), rtol=args.rtol)
+                        shape=shape, split=_positive("--chunks", args.chunks), rtol=args.rtol,
+                        cells=None if cells is None else _cells(cells))
     if args.json:
         emit_json(rep.to_json())
     else:
@@ -118,6 +135,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     s.add_argument("--shape", help="shape of generated inputs for an operator without a "
                    "default, e.g. 32x32")
     s.add_argument("--samples", type=int, default=24, help="output cells per mode (24)")
+    s.add_argument("--cells", metavar='"r,c;r,c"',
+                   help="check these output cells instead of sampled ones (with --input)")
     s.add_argument("--seed", type=int, default=0, help="sampling and perturbation seed (0)")
     s.add_argument("--mode", action="append", choices=["MAP", "FULL", "PAY", "COMP"],
                    help="check only this mode; repeatable (default: every supported one)")

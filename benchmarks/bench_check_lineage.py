@@ -1,0 +1,149 @@
+#!/usr/bin/env python
+"""The lineage checker's table: is every built-in and shipped UDF sound, and how tight?
+
+    python benchmarks/bench_check_lineage.py [--quick] [--out FILE.json]
+
+1. **Every built-in and shipped UDF** (``workflows.checkable.CHECKED``) through
+   ``subzero.check_lineage`` on its default inputs (seed 0): per lineage mode, sound or not,
+   forward/backward disagreements, and tightness: declared input cells against influential
+   ones (whose change alone moves the output), summed over the sampled cells, and over the
+   cells whose lineage is more than one cell (``wide``: what the identity cells dilute).
+2. **Cosmic-ray candidates of the real LSST exposures** (``$SUBZERO_DATA`` or
+   ``../shared/data``; skipped without them): how many candidates each kind of recorded
+   lineage covers, and for a sample of each kind the declared cells now and before this
+   change (the 13 x 13 box), the influential cells (the checker on a 40 x 40 crop around
+   the pixel, COMP mode) and soundness.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import emit, parser  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import subzero  # noqa: E402
+from workflows.astro_data import (EXPOSURE_FILES, SKY, data_dir, load_exposure,  # noqa: E402
+                                  subtract_background)
+from workflows.astro_udfs import (CR_RADIUS, SP_RADIUS, CosmicRayDetect, cr_cell_masks,  # noqa
+                                  cr_paths, lacosmic)
+from workflows.checkable import CHECKED  # noqa: E402
+
+
+def _ratio(a: int, b: int) -> float | None:
+    return round(a / b, 2) if b else None
+
+
+def bench_table(samples: int) -> list[dict]:
+    rows = []
+    for name in CHECKED:
+        t = time.perf_counter()
+        rep = subzero.check_lineage(name, samples=samples, seed=0)
+        elapsed = time.perf_counter() - t
+        for m in rep.modes:
+            wide = [c for c in m.measured if c.declared > 1]
+            wd, wi = sum(c.declared for c in wide), sum(c.influential or 0 for c in wide)
+            w = m.widest
+            rows.append({
+                "operator": name, "mode": m.mode.value, "sound": m.sound,
+                "unsound_cells": len(m.unsound), "disagreements": m.disagreements,
+                "cells": len(m.cells), "declared": m.declared, "influential": m.influential,
+                "tightness": _ratio(m.declared, m.influential),
+                "wide_cells": len(wide), "wide_declared": wd, "wide_influential": wi,
+                "wide_tightness": _ratio(wd, wi),
+                "worst_cell": None if m.worst is None else round(m.worst, 2),
+                "widest": None if w is None else {"cell": list(w.cell), "why": w.why,
+                                                  "declared": w.declared,
+                                                  "influential": w.influential},
+                "influence_tried": round(m.influence_tried, 3), "seconds": round(elapsed, 2)})
+        sound = all(m.sound for m in rep.modes)
+        print(f"{name}: {'sound' if sound else 'UNSOUND'} in {elapsed:.1f} s", file=sys.stderr)
+    return rows
+
+
+def _kinds(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The candidates of one exposure and the kind of lineage each records."""
+    op = CosmicRayDetect(sky=SKY)
+    det = lacosmic(x, sky=SKY)
+    cy, cx = np.nonzero(x > op.gate)
+    paths = cr_paths(det, cy, cx, op.sigclip, op.sigfrac)
+    masks = cr_cell_masks(det, x, cy, cx, op.gain, op.readnoise, op.sigclip, op.sigfrac)
+    flagged = det.mask[cy, cx]
+    kind = np.where(flagged, "flagged", "")
+    nbits = np.array([bin(int(m)).count("1") for m in masks])
+    kind = np.where(~flagged & (masks != 0) & (nbits == 5), "rejected: cross", kind)
+    kind = np.where(~flagged & (masks != 0) & (nbits > 5), "rejected: cross + median window",
+                    kind)
+    for r, label in ((SP_RADIUS, "rejected: low S' (9x9)"),
+                     (SP_RADIUS + 1, "rejected: calm neighbours (11x11)"),
+                     (CR_RADIUS, "rejected: other (13x13)")):
+        kind = np.where(~flagged & (masks == 0) & (paths[:, 0] == r), label, kind)
+    return cy, cx, kind
+
+
+def bench_real(per_kind: int) -> dict | None:
+    root = data_dir()
+    if root is None or not all((root / f).exists() for f in EXPOSURE_FILES):
+        print("real exposures not found: skipping the cosmic-ray section", file=sys.stderr)
+        return None
+    rng = np.random.default_rng(0)
+    out: dict = {"exposures": [], "kinds": {}}
+    samples: dict[str, list] = {}
+    for f in EXPOSURE_FILES:
+        x = subtract_background(load_exposure(root / f))
+        cy, cx, kind = _kinds(x)
+        out["exposures"].append({"file": f, "candidates": int(len(cy)),
+                                 "flagged": int((kind == "flagged").sum())})
+        for k in np.unique(kind):
+            idx = np.flatnonzero(kind == k)
+            d = out["kinds"].setdefault(str(k), {"candidates": 0})
+            d["candidates"] += int(len(idx))
+            for j in rng.choice(idx, min(per_kind, len(idx)), replace=False):
+                samples.setdefault(str(k), []).append((x, int(cy[j]), int(cx[j])))
+    for k, cases in samples.items():
+        decl, infl, before, sound = [], [], [], True
+        for x, y, c in cases[:per_kind]:
+            y0 = min(max(y - 20, 0), x.shape[0] - 40)
+            x0 = min(max(c - 20, 0), x.shape[1] - 40)
+            crop = x[y0:y0 + 40, x0:x0 + 40]
+            rep = subzero.check_lineage("CosmicRayDetect", inputs=[crop],
+                                        cells=[(y - y0, c - x0)], modes=["COMP"], seed=1)
+            cell = rep.modes[0].cells[0]
+            decl.append(cell.declared)
+            infl.append(cell.influential)
+            sound &= rep.sound
+            h = min(y + CR_RADIUS, x.shape[0] - 1) - max(y - CR_RADIUS, 0) + 1
+            w = min(c + CR_RADIUS, x.shape[1] - 1) - max(c - CR_RADIUS, 0) + 1
+            before.append(h * w)
+        d = out["kinds"][k]
+        d.update({"checked": len(decl), "sound": sound,
+                  "declared_median": statistics.median(decl),
+                  "declared_before_median": statistics.median(before),
+                  "influential_median": statistics.median(infl),
+                  "declared": decl, "influential": infl,
+                  "tightness": _ratio(sum(decl), sum(infl)),
+                  "tightness_before": _ratio(sum(before), sum(infl))})
+        print(f"real {k}: {d['candidates']} candidates; declared median "
+              f"{d['declared_median']} (was {d['declared_before_median']}), influential "
+              f"median {d['influential_median']}, sound {sound}", file=sys.stderr)
+    return out
+
+
+def main() -> None:
+    p = parser(__doc__.splitlines()[1])
+    args = p.parse_args()
+    doc: dict = {"benchmark": "check_lineage", "quick": args.quick,
+                 "command": "python benchmarks/bench_check_lineage.py --out "
+                            "benchmarks/results/check_lineage.json"}
+    doc["table"] = bench_table(12 if args.quick else 24)
+    doc["real_cosmic_rays"] = bench_real(3 if args.quick else 8)
+    emit(doc, args.out)
+
+
+if __name__ == "__main__":
+    main()
