@@ -10,7 +10,8 @@ from typing import Any
 
 from subzero.errors import SubZeroError
 
-BENCHMARKS = ("astronomy", "genomics", "encoders", "query", "executor", "optimizer", "scale")
+BENCHMARKS = ("astronomy", "genomics", "encoders", "query", "executor", "optimizer", "scale",
+              "serve")
 
 
 def benchmarks_dir() -> Path:

@@ -243,3 +243,15 @@ def test_beyond_loopback_every_request_carries_the_token(astro_home):
         assert s.get("/api/runs", headers={"Cookie": "subzero_token=s3cret-token"})[0] == 200
     finally:
         s.stop()
+
+
+def test_the_listening_socket_names_tcp_so_answers_are_not_delayed():
+    # asyncio sets TCP_NODELAY only on sockets whose protocol is IPPROTO_TCP: a socket made
+    # with protocol 0 made every answer on a kept-alive connection wait ~40 ms (Nagle)
+    from subzero.cli.serve import bind
+
+    s = bind("127.0.0.1", 0)
+    try:
+        assert s.proto == socket.IPPROTO_TCP and s.getsockname()[1] > 0
+    finally:
+        s.close()

@@ -1,0 +1,237 @@
+#!/usr/bin/env python
+"""The explorer's latency end to end: HTTP queries against a running ``subzero serve``, and
+the same questions through one-shot CLI processes.
+
+    python benchmarks/bench_serve.py [--quick] [--out FILE.json] [--home DIR] [--queries 200]
+        [--cli-repeat 5]
+    subzero bench serve [--quick] [--out FILE.json]
+
+The run: the astronomy workflow on the real LSST exposures (``../shared/data`` or
+``$SUBZERO_DATA``; generated ones when they are not there, and the JSON says so), strategy
+``subzero``, in a fresh home (or the newest astronomy run of ``--home``).
+
+HTTP: ``subzero serve --port 0`` on that home, as a subprocess; one client connection kept
+alive (as a browser does). ``--queries`` (default 200) queries, in a fixed random order,
+mixing: the named queries BQ0-BQ4 and FQ0; one random pixel and one random 10 x 10 box of
+``rmcr`` backward to ``exp1``; one random pixel and one random 10 x 10 box of ``exp1``
+forward to ``rmcr`` (the targets reach through the calibration chains and the cosmic-ray
+steps, which this strategy maps or stores). Each is timed from sending the request to having
+the whole answer parsed (client side); ``server_s`` is what the executor itself reported.
+Queries whose steps were all mapped or read from stored lineage (no re-execution) are the
+``stored_or_mapped`` set, the one the targets are about. Tiles: every tile of ``exp1`` at
+zoom 0 and 2, and of ``clust`` at zoom 0, each fetched once (the server keeps no tile
+cache: each is read from zarr, stretched and PNG-encoded per request).
+
+CLI: ``python -m subzero.cli query RUN --named Q`` for BQ0-BQ4 and FQ0, and the pixel and box
+queries above, each ``--cli-repeat`` times (default 5), wall time of the whole process.
+
+Output: JSON printed and written to ``benchmarks/results/serve.json`` (``--out``
+elsewhere; ``--quick``: 40 queries, 2 CLI repeats, never over the committed file), with a
+``targets`` block: HTTP median <= 50 ms and p95 <= 150 ms (stored and mapped queries), a
+tile of a 2001 x 513 array <= 100 ms (median and p95 of the tiles), CLI wall <= 0.5 s
+(median of each of BQ0-BQ4).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import ROOT, emit, parser
+
+import numpy as np
+
+DATA = Path(os.environ.get("SUBZERO_DATA", ROOT.parent / "shared" / "data"))
+EXPOSURES = ("imsim_85408556_R23_S11_C04_E000.fits", "imsim_85408556_R23_S11_C04_E001.fits")
+NAMED = ("BQ0", "BQ1", "BQ2", "BQ3", "BQ4", "FQ0")
+
+
+def p95(xs: list[float]) -> float:
+    return float(np.percentile(xs, 95)) if xs else float("nan")
+
+
+def summary(xs: list[float]) -> dict:
+    return {"n": len(xs), "median_ms": statistics.median(xs) * 1000 if xs else None,
+            "p95_ms": p95(xs) * 1000 if xs else None, "max_ms": max(xs) * 1000 if xs else None}
+
+
+def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "subzero.cli", *args], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+                          cwd=ROOT, timeout=900)
+
+
+def make_run(home: Path) -> tuple[str, str]:
+    """A fresh astronomy run in ``home``: the real exposures when present."""
+    args = ["run", "astronomy", "--home", str(home), "--strategy", "subzero", "--json"]
+    real = all((DATA / "lsst" / f).exists() for f in EXPOSURES)
+    if real:
+        args += ["--input", f"exp1={DATA / 'lsst' / EXPOSURES[0]}",
+                 "--input", f"exp2={DATA / 'lsst' / EXPOSURES[1]}"]
+    p = cli(*args)
+    if p.returncode != 0:
+        sys.exit(f"bench_serve: the run failed: {p.stderr.strip()}")
+    return json.loads(p.stdout)["run"], "real LSST exposures" if real else "generated exposures"
+
+
+class Client:
+    def __init__(self, url: str) -> None:
+        host, port = url.split("//")[1].rstrip("/").split(":")
+        self.conn = http.client.HTTPConnection(host, int(port), timeout=300)
+
+    def get(self, path: str) -> tuple[int, bytes, float]:
+        t0 = time.perf_counter()
+        self.conn.request("GET", path)
+        r = self.conn.getresponse()
+        body = r.read()
+        return r.status, body, time.perf_counter() - t0
+
+
+def start_server(home: Path) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, "-m", "subzero.cli", "serve", "--home", str(home),
+                             "--port", "0"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    line = proc.stderr.readline()
+    if " at http" not in line:
+        proc.kill()
+        sys.exit(f"bench_serve: subzero serve did not start: {line.strip()}")
+    return proc, line.split(" at ", 1)[1].split(" ", 1)[0].rstrip("/")
+
+
+def workload(n: int, shape: tuple[int, int], seed: int = 7) -> list[tuple[str, str]]:
+    """``n`` (kind, path) queries in a fixed random order."""
+    rng = random.Random(seed)
+    h, w = shape
+    kinds = [*(f"named:{q}" for q in NAMED), "bwd-pixel", "bwd-box", "fwd-pixel", "fwd-box"]
+    out = []
+    for i in range(n):
+        kind = kinds[i % len(kinds)]
+        r, c = rng.randrange(h - 10), rng.randrange(w - 10)
+        if kind.startswith("named:"):
+            path = f"named/{kind[6:]}"
+        elif kind.startswith("bwd"):
+            cells = f"cells={r},{c}" if kind.endswith("pixel") else f"box={r}:{r + 10},{c}:{c + 10}"
+            path = f"query?direction=backward&from=rmcr&{cells}&to=exp1"
+        else:
+            cells = f"cells={r},{c}" if kind.endswith("pixel") else f"box={r}:{r + 10},{c}:{c + 10}"
+            path = f"query?direction=forward&from=exp1&{cells}&to=rmcr"
+        out.append((kind, path))
+    rng.shuffle(out)
+    return out
+
+
+def main() -> None:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--home", help="use the newest astronomy run of this home")
+    p.add_argument("--queries", type=int, default=200)
+    p.add_argument("--cli-repeat", type=int, default=5)
+    args = p.parse_args()
+    n_queries = 40 if args.quick else args.queries
+    cli_repeat = 2 if args.quick else args.cli_repeat
+    out = args.out or (None if args.quick else str(ROOT / "benchmarks/results/serve.json"))
+
+    tmp = None
+    if args.home:
+        home = Path(args.home)
+        listing = json.loads(cli("runs", "--home", str(home), "--json").stdout or "[]")
+        runs = [r for r in listing if r["workflow"] == "astronomy" and r["status"] == "complete"]
+        if not runs:
+            sys.exit(f"bench_serve: no complete astronomy run in {home}")
+        rid, data = runs[-1]["run"], "the newest astronomy run of --home"
+    else:
+        tmp = Path(tempfile.mkdtemp(prefix="bench-serve-"))
+        home = tmp / "home"
+        rid, data = make_run(home)
+    proc, url = start_server(home)
+    try:
+        client = Client(url)
+        status, body, _ = client.get(f"/api/runs/{rid}")
+        info = json.loads(body)
+        shape = tuple(next(a["shape"] for a in info["arrays"] if a["name"] == "exp1"))
+        for q in NAMED:  # warm: the run's readers open, the first query's imports
+            client.get(f"/api/runs/{rid}/named/{q}")
+        rows = []
+        for kind, path in workload(n_queries, shape):
+            status, body, wall = client.get(f"/api/runs/{rid}/{path}")
+            doc = json.loads(body)
+            if status != 200:
+                sys.exit(f"bench_serve: {path} answered {status}: {doc}")
+            methods = {s["method"].split(":")[0] for r in doc["results"] for s in r["steps"]}
+            rows.append({"kind": kind, "wall_s": wall, "server_s": doc["elapsed_s"],
+                         "count": sum(r["count"] for r in doc["results"]),
+                         "bytes": len(body), "methods": sorted(methods)})
+        tiles = []
+        for name, z in (("exp1", 0), ("exp1", 2), ("clust", 0)):
+            span = 256 << z
+            for ty in range(-(-shape[0] // span)):
+                for tx in range(-(-shape[1] // span)):
+                    status, body, wall = client.get(
+                        f"/api/runs/{rid}/arrays/{name}/tiles/{z}/{ty}/{tx}.png")
+                    assert status == 200 and body[:4] == b"\x89PNG"
+                    tiles.append(wall)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+    cli_rows: dict[str, list[float]] = {}
+    rng = random.Random(11)
+    for q in [*NAMED, "bwd-pixel", "fwd-box"]:
+        for _ in range(cli_repeat):
+            r, c = rng.randrange(shape[0] - 10), rng.randrange(shape[1] - 10)
+            if q in NAMED:
+                argv = ["query", rid, "--named", q]
+            elif q == "bwd-pixel":
+                argv = ["query", rid, "backward", "--from", "rmcr", "--cells", f"{r},{c}",
+                        "--to", "exp1"]
+            else:
+                argv = ["query", rid, "forward", "--from", "exp1", "--box",
+                        f"{r}:{r + 10},{c}:{c + 10}", "--to", "rmcr"]
+            t0 = time.perf_counter()
+            res = cli(*argv, "--home", str(home), "--json")
+            wall = time.perf_counter() - t0
+            if res.returncode != 0:
+                sys.exit(f"bench_serve: CLI {' '.join(argv)} failed: {res.stderr.strip()}")
+            cli_rows.setdefault(q, []).append(wall)
+    if tmp is not None:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    quick = [r for r in rows if "reexec" not in r["methods"]]
+    by_kind = {k: summary([r["wall_s"] for r in rows if r["kind"] == k])
+               for k in dict.fromkeys(r["kind"] for r in rows)}
+    http_sm = summary([r["wall_s"] for r in quick])
+    tile_s = summary(tiles)
+    cli_s = {q: summary(v) for q, v in cli_rows.items()}
+    cli_bq = max(cli_s[q]["median_ms"] for q in NAMED[:5]) / 1000
+    doc = {
+        "benchmark": "serve",
+        "data": data, "run": rid, "shape": list(shape), "queries": n_queries,
+        "http": {"all": summary([r["wall_s"] for r in rows]), "stored_or_mapped": http_sm,
+                 "server_side_median_ms": statistics.median(r["server_s"] for r in rows) * 1000,
+                 "reexec_queries": len(rows) - len(quick), "by_kind": by_kind,
+                 "median_answer_bytes": statistics.median(r["bytes"] for r in rows)},
+        "tiles": tile_s,
+        "cli": cli_s,
+        "targets": {
+            "http_median_ms<=50": {"value": http_sm["median_ms"], "met": http_sm["median_ms"] <= 50},
+            "http_p95_ms<=150": {"value": http_sm["p95_ms"], "met": http_sm["p95_ms"] <= 150},
+            "tile_ms<=100": {"value": [tile_s["median_ms"], tile_s["p95_ms"]],
+                             "met": tile_s["p95_ms"] <= 100},
+            "cli_BQ0-4_wall_s<=0.5": {"value": cli_bq, "met": cli_bq <= 0.5,
+                                       "per_query_median_s": {q: cli_s[q]["median_ms"] / 1000
+                                                              for q in NAMED[:5]}},
+        },
+    }
+    emit(doc, out)
+
+
+if __name__ == "__main__":
+    main()
