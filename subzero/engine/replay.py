@@ -63,6 +63,9 @@ LIST_CELLS = 20
 #: arrays of at most this many cells are held whole in memory while replaying (the next
 #: operator reads them from there, not from zarr)
 CACHE_CELLS = 1 << 23
+#: at most this many bytes of whole arrays held in memory by one replay (beyond it,
+#: operators read their inputs from zarr and compare tile by tile)
+CACHE_BYTES = 1 << 30
 #: threads writing recomputed blocks (and reading the parent's) while operators compute
 WRITERS = 2
 #: threads computing the tiles of one operator, when it has several of this many cells
@@ -252,6 +255,7 @@ class _Derived:
         max_workers=WRITERS, thread_name_prefix="subzero-replay-io"))
     #: the parent's arrays being read in the background
     reading: dict[str, Future] = field(default_factory=dict)
+    held: int = 0  # bytes of the arrays held in ``values`` and ``old``
     #: threads computing the tiles of one large operator at once (numpy releases the GIL)
     compute: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
         max_workers=COMPUTE, thread_name_prefix="subzero-replay-tile"))
@@ -284,26 +288,42 @@ class _Derived:
         """The derived run's whole array ``name`` from memory (read once), or None when it
         is too large to hold."""
         if name not in self.values:
-            if _cells(self.parent.arrays[name]["shape"]) > CACHE_CELLS:
+            if not self._small(name):
                 return None
             self.wait(name)
-            self.values[name] = arrays.read_array(self.path(name))
+            if not self.keep(self.values, name, arrays.read_array(self.path(name))):
+                return None
         return self.values[name]
+
+    def _small(self, name: str) -> bool:
+        info = self.parent.arrays[name]
+        cells = _cells(info["shape"])
+        return cells <= CACHE_CELLS and self.room(cells * 8)
 
     def old_future(self, name: str) -> None:
         """Start reading the parent's whole array ``name`` (if small enough to hold)."""
-        if _cells(self.parent.arrays[name]["shape"]) <= CACHE_CELLS:
+        if self._small(name):
             self.reading[name] = self.pool.submit(arrays.read_array, self.parent_path(name))
 
     def old_value(self, name: str) -> np.ndarray | None:
         """The parent's whole array ``name`` (None when too large to hold)."""
         if name in self.reading:
-            self.old[name] = self.reading.pop(name).result()
-        if name not in self.old:
-            if _cells(self.parent.arrays[name]["shape"]) > CACHE_CELLS:
-                return None
-            self.old[name] = arrays.read_array(self.parent_path(name))
-        return self.old[name]
+            self.keep(self.old, name, self.reading.pop(name).result())
+        elif name not in self.old and self._small(name):
+            self.keep(self.old, name, arrays.read_array(self.parent_path(name)))
+        return self.old.get(name)
+
+    def room(self, nbytes: int) -> bool:
+        """Whether ``nbytes`` more fit in the memory a replay holds arrays in."""
+        return self.held + nbytes <= CACHE_BYTES
+
+    def keep(self, where: dict[str, np.ndarray], name: str, value: np.ndarray) -> bool:
+        """Hold ``value`` as ``where[name]`` if it fits in :data:`CACHE_BYTES`."""
+        if not self.room(value.nbytes):
+            return False
+        self.held += value.nbytes
+        where[name] = value
+        return True
 
     def ensure(self, name: str) -> None:
         """Array ``name`` in the derived run: the parent's, linked, unless already there."""
@@ -391,41 +411,25 @@ def _recompute(d: _Derived, name: str, reach: np.ndarray, spark: Any, where: str
                      d.path(name) if use_spark else None, tiles, stored,
                      capture_modes(strategies))
     changed = np.zeros(op.out_shape, dtype=bool)
+    if whole and name not in d.old:  # the parent's array, read while the tiles compute
+        d.old_future(name)
     if use_spark:
         for src in node.inputs:
             d.wait(src)
         results = run_jobs(jobs, spark, f"{d.rid}: replay {name}")
         raise_task_error(name, results)
-        blocks = [(j.chunk.out_box, arrays.read_box(d.path(name), j.chunk.out_box))
-                  for j in jobs]
+        # read back one block at a time: a large operator's blocks are never all held
+        blocks: Any = ((j.chunk.out_box, arrays.read_box(d.path(name), j.chunk.out_box))
+                       for j in jobs)
     else:
-        memories = [_memory(d, j, node.inputs, whole) for j in jobs]
-        results, blocks = [], []
-        if whole and name not in d.old:  # the parent's array, read while the tiles compute
-            d.old_future(name)
-
-        def one(job_mine: tuple[Any, dict]) -> dict[str, Any]:
-            j, mine = job_mine
-            ins = tuple(src if src in mine else None for src in node.inputs)
-            return run_task(replace(j, memory=ins), mine)
-
-        many = len(jobs) > 1 and cells >= THREAD_CELLS
-        done = (list(d.compute.map(one, zip(jobs, memories))) if many
-                else [one(jm) for jm in zip(jobs, memories)])
-        for res, mine in zip(done, memories):
-            results.append(res)
-            raise_task_error(name, [res])
-            box, block = mine[name]
-            block = np.asarray(block)
-            if block.dtype != op.out_dtype and op.out_dtype.kind not in "UOT":
-                block = block.astype(op.out_dtype)  # as a run stores it
-            d.write(name, box, block)
-            blocks.append((box, block))
-    d.blocks[name] = blocks
+        results, blocks = _run_here(d, op, node.inputs, jobs, whole, cells), []
+        for res in results:
+            blocks.append(res.pop("block"))
     old_whole = d.old_value(name) if whole or name in d.old else None
     new_whole = None
-    if old_whole is not None:
+    if old_whole is not None and d.room(old_whole.nbytes):
         new_whole = np.empty_like(old_whole) if whole else old_whole.copy()
+    kept, held = [], 0
     for box, new in blocks:
         old = (old_whole[box.slices] if old_whole is not None
                else arrays.read_box(d.parent_path(name), box))
@@ -433,8 +437,12 @@ def _recompute(d: _Derived, name: str, reach: np.ndarray, spark: Any, where: str
                                       if old.dtype.kind not in "UOT" else new)
         if new_whole is not None:
             new_whole[box.slices] = new
+        held += box.size
+        if not whole and held <= CACHE_CELLS:
+            kept.append((box, new))
+    d.blocks[name] = kept if held <= CACHE_CELLS else []
     if new_whole is not None:
-        d.values[name] = new_whole
+        d.keep(d.values, name, new_whole)
     for s in stored:
         remove_unpublished(layout.strategy_dir(d.home, d.rid, name, s.name))
     keys = set()
@@ -447,6 +455,32 @@ def _recompute(d: _Derived, name: str, reach: np.ndarray, spark: Any, where: str
     return ArrayReplay(name, tuple(op.out_shape), int(np.count_nonzero(reach)),
                        int(np.count_nonzero(changed)), len(tiles), len(grid), cells,
                        time.perf_counter() - t0, _few(changed)), changed
+
+
+def _run_here(d: _Derived, op: Any, inputs: Sequence[str], jobs: Sequence[Any], whole: bool,
+              cells: int) -> list[dict[str, Any]]:
+    """Run the tiles in this process (several at once on threads when they are large),
+    inputs from memory where :func:`_memory` finds them; each result carries its output
+    ``block`` (box, values as a run stores them), also written in the background."""
+    memories = [_memory(d, j, inputs, whole) for j in jobs]
+
+    def one(job_mine: tuple[Any, dict]) -> dict[str, Any]:
+        j, mine = job_mine
+        ins = tuple(src if src in mine else None for src in inputs)
+        return run_task(replace(j, memory=ins), mine)
+
+    many = len(jobs) > 1 and cells >= THREAD_CELLS
+    done = (list(d.compute.map(one, zip(jobs, memories))) if many
+            else [one(jm) for jm in zip(jobs, memories)])
+    for res, mine in zip(done, memories):
+        raise_task_error(op.name, [res])
+        box, block = mine[op.name]
+        block = np.asarray(block)
+        if block.dtype != op.out_dtype and op.out_dtype.kind not in "UOT":
+            block = block.astype(op.out_dtype)  # as a run stores it
+        d.write(op.name, box, block)
+        res["block"] = (box, block)
+    return done
 
 
 def _memory(d: _Derived, job: Any, inputs: Sequence[str], whole: bool
