@@ -31,7 +31,7 @@ import subzero  # noqa: E402
 from workflows.astro_data import (EXPOSURE_FILES, SKY, data_dir, load_exposure,  # noqa: E402
                                   subtract_background)
 from workflows.astro_udfs import (CR_RADIUS, SP_RADIUS, CosmicRayDetect, cr_cell_masks,  # noqa
-                                  cr_paths, lacosmic)
+                                  cr_lineage, cr_paths, lacosmic)
 from workflows.checkable import CHECKED  # noqa: E402
 
 
@@ -66,6 +66,20 @@ def bench_table(samples: int) -> list[dict]:
     return rows
 
 
+def _sizes(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Declared input cells of every candidate of one exposure: now, and the 13 x 13 box
+    (clipped) recorded before."""
+    op = CosmicRayDetect(sky=SKY)
+    det = lacosmic(x, sky=SKY)
+    cy, cx = np.nonzero(x > op.gate)
+    paths = cr_paths(det, cy, cx, op.sigclip, op.sigfrac)
+    masks = cr_cell_masks(det, x, cy, cx, op.gain, op.readnoise, op.sigclip, op.sigfrac)
+    now = cr_lineage(np.stack([cy, cx], 1), paths, masks, x.shape).lengths
+    h = np.minimum(cy + CR_RADIUS, x.shape[0] - 1) - np.maximum(cy - CR_RADIUS, 0) + 1
+    w = np.minimum(cx + CR_RADIUS, x.shape[1] - 1) - np.maximum(cx - CR_RADIUS, 0) + 1
+    return now, h * w
+
+
 def _kinds(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The candidates of one exposure and the kind of lineage each records."""
     op = CosmicRayDetect(sky=SKY)
@@ -97,8 +111,16 @@ def bench_real(per_kind: int) -> dict | None:
     for f in EXPOSURE_FILES:
         x = subtract_background(load_exposure(root / f))
         cy, cx, kind = _kinds(x)
-        out["exposures"].append({"file": f, "candidates": int(len(cy)),
-                                 "flagged": int((kind == "flagged").sum())})
+        now, before = _sizes(x)
+        out["exposures"].append({
+            "file": f, "candidates": int(len(cy)), "flagged": int((kind == "flagged").sum()),
+            "declared_mean": round(float(now.mean()), 1),
+            "declared_median": float(np.median(now)),
+            "declared_before_mean": round(float(before.mean()), 1),
+            "lineage_cells_total": int(now.sum()), "lineage_cells_total_before":
+            int(before.sum())})
+        print(f"real {f}: {len(cy)} candidates, declared mean {now.mean():.1f} (median "
+              f"{np.median(now):.0f}) cells, was {before.mean():.1f}", file=sys.stderr)
         for k in np.unique(kind):
             idx = np.flatnonzero(kind == k)
             d = out["kinds"].setdefault(str(k), {"candidates": 0})
