@@ -427,8 +427,12 @@ def stretch(data: np.ndarray) -> tuple[float, float]:
 
 def _numeric(data: np.ndarray) -> np.ndarray:
     data = np.asarray(data)
-    if data.dtype.kind in "OTUS":  # text: empty cells dark, the others light
-        return (np.char.str_len(data.astype("U")) > 0).astype(np.float64)
+    if data.dtype.kind in "OTUS":  # text: numbers where every cell is one, else non-empty
+        text = data.astype(np.dtypes.StringDType())
+        try:
+            return text.astype(np.float64)
+        except ValueError:
+            return (np.strings.str_len(text) > 0).astype(np.float64)
     return data.astype(np.float64, copy=False)
 
 
