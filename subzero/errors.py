@@ -32,6 +32,11 @@ class StoreError(SubZeroError):
     """An array or run that is missing, or would be overwritten."""
 
 
+class DamagedError(StoreError):
+    """A stored file (a lineage shard, an array chunk) that is missing, truncated or does not
+    match its checksum: named, with ``subzero verify`` suggested."""
+
+
 class CatalogError(SubZeroError):
     """The catalog does not hold what was asked for."""
 

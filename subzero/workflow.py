@@ -113,6 +113,10 @@ class NamedQuery:
     description: str = ""
 
 
+#: the longest axis a shape parameter may ask for (2**31 - 1 cells)
+MAX_AXIS = 2 ** 31 - 1
+
+
 def parse_shape_param(value: Any, ndim: int = 2, minimum: int = 1) -> Shape:
     """A workflow's shape parameter from the CLI (``"2001x513"``) or Python (a tuple).
 
@@ -126,10 +130,10 @@ def parse_shape_param(value: Any, ndim: int = 2, minimum: int = 1) -> Shape:
         shape = tuple(int(v) for v in value)
     except (TypeError, ValueError):
         shape = ()
-    if len(shape) != ndim or min(shape) < minimum:
+    if len(shape) != ndim or min(shape) < minimum or max(shape) > MAX_AXIS:
         example = "x".join(["2001", "513"][:ndim]) if ndim <= 2 else "x".join(["8"] * ndim)
-        raise WorkflowError(f"shape must be {ndim} ints >= {minimum} like {example}. "
-                            f"Got {given!r}.")
+        raise WorkflowError(f"shape must be {ndim} ints >= {minimum} like {example} (at most "
+                            f"{MAX_AXIS} per axis). Got {given!r}.")
     return shape
 
 

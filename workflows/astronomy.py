@@ -62,6 +62,7 @@ from subzero.workflow import NamedQuery, Workflow, parse_shape_param
 from workflows.astro_data import (EXPOSURE_FILES, EXPOSURE_SHAPE, SKY, ExposureField,
                                   data_dir, exposure_paths)
 from workflows.astro_udfs import astronomy_udfs
+from workflows.params import MAX_SEED, parse_float
 
 NAME = "astronomy"
 DESCRIPTION = ("LSST image cleaning and star detection: 2 exposures, 28 operators, 4 UDFs "
@@ -159,8 +160,9 @@ def parse_seed(value: Any) -> int:
     3
     """
     n = _int_param(value)
-    if n is None or n < 0:
-        raise WorkflowError(f"seed must be a non-negative integer like 0. Got {value!r}.")
+    if n is None or not 0 <= n <= MAX_SEED:
+        raise WorkflowError(f"seed must be a non-negative integer like 0 (at most 2**63 - 1). "
+                            f"Got {value!r}.")
     return n
 
 
@@ -255,7 +257,7 @@ def build(inputs: Mapping[str, str] | None = None, seed: Any = None, shape: Any 
     real, why_not = choose_real(data, bool(files) or any(
         v is not None for v in (seed, shape, ccds)))
     seed = 0 if seed is None else parse_seed(seed)
-    sky, threshold = float(sky), float(threshold)
+    sky, threshold = parse_float(sky, "sky", "1000"), parse_float(threshold, "threshold", "100")
     shp = EXPOSURE_SHAPE if shape is None else parse_shape_param(shape, minimum=8)
     if files and shape is not None and shp != EXPOSURE_SHAPE:
         raise WorkflowError("shape applies to generated exposures only")

@@ -21,6 +21,7 @@ import numpy as np
 
 from operators import Affine, Binary, Convolve, MeanBroadcast
 from subzero.workflow import Workflow, parse_shape_param
+from workflows.params import parse_float, parse_seed
 
 NAME = "example"
 DESCRIPTION = "calibrate, 3x3 smooth, subtract the global mean, threshold (generated image)"
@@ -53,7 +54,7 @@ def generate_image(shape: tuple[int, int], seed: int = 0, n_stars: int | None = 
 def build(inputs: Mapping[str, str] | None = None, shape: Any = (2001, 513), seed: Any = 0,
           threshold: Any = 200.0) -> Workflow:
     shape = parse_shape_param(shape)
-    seed, threshold = int(seed), float(threshold)
+    seed, threshold = parse_seed(seed), parse_float(threshold, "threshold", "200")
     wf = Workflow(NAME, DESCRIPTION,
                   params={"shape": list(shape), "seed": seed, "threshold": threshold})
     wf.input("image", shape, "uint16", source=partial(generate_image, shape, seed),

@@ -32,6 +32,7 @@ matrix; ``relapse`` traces one patient predicted to relapse back to the training
 
 from __future__ import annotations
 
+import os
 from functools import partial
 from typing import Any, Mapping
 
@@ -43,8 +44,10 @@ from subzero.errors import WorkflowError
 from subzero.modes import (BLACKBOX, FULL_MANY_BWD, FULL_ONE_BWD, FULL_ONE_FWD, PAY_MANY_BWD,
                            PAY_ONE_BWD)
 from subzero.workflow import NamedQuery, Workflow, plan_blackbox_opt
-from workflows.genomics_data import (N_DESCRIPTION, data_path, generate_table, load_table,
+from workflows.genomics_data import (N_DESCRIPTION, check_values, data_path, generate_table,
+                                     load_table,
                                      scale_table)
+from workflows.params import parse_seed
 from workflows.genomics_udfs import (LABEL, MODEL_FEATURES, MODEL_USED, Extract, Model,
                                      Predict, Validate)
 
@@ -57,11 +60,35 @@ QUERY_SEED = 11
 def _int_param(value: Any, what: str, low: int = 1) -> int:
     try:
         v = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         v = low - 1
     if v < low:
         raise WorkflowError(f"{what} must be an integer >= {low}. Got {value!r}.")
     return v
+
+
+#: bytes a table cell takes in the driver's memory while the table is built (StringDType
+#: cell, its copies while scaled and cast), for refusing a ``scale`` that cannot fit
+CELL_BYTES = 64
+
+
+def _memory_bytes() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return 1 << 34
+
+
+def check_scale(scale: int, rows: int, patients: int) -> None:
+    """Refuse a ``scale`` whose table (``rows`` x (4 + ``patients`` x scale) cells) cannot
+    fit in half of this machine's memory, naming the largest that can."""
+    limit = _memory_bytes() // 2
+    need = rows * (N_DESCRIPTION + patients * scale) * CELL_BYTES
+    if need > limit:
+        most = max(1, (limit // (rows * CELL_BYTES) - N_DESCRIPTION) // max(1, patients))
+        raise WorkflowError(f"scale={scale} makes a table of {patients * scale:,} patients, "
+                            f"about {need / 2 ** 30:,.0f} GiB in memory; expected a scale of "
+                            f"at most {most:,} on this machine")
 
 
 def build(inputs: Mapping[str, str] | None = None, scale: Any = 100, seed: Any = 0,
@@ -80,9 +107,14 @@ def build(inputs: Mapping[str, str] | None = None, scale: Any = 100, seed: Any =
         raise WorkflowError(f"workflow 'genomics' has no input {sorted(unknown)[0]!r} "
                             "(inputs: table)")
     scale = _int_param(scale, "scale")
-    seed, patients = int(seed), _int_param(patients, "patients")
+    seed, patients = parse_seed(seed), _int_param(patients, "patients")
     path = inputs.get("table") or (str(data_path()) if data_path() else None)
+    if not path:
+        check_scale(1, len(MODEL_FEATURES), patients)
     base = load_table(path) if path else generate_table(seed, patients)
+    if path:
+        check_values(base, path)
+    check_scale(scale, base.shape[0], base.shape[1] - N_DESCRIPTION)
     table = scale_table(base, scale)
     names_col = list(np.asarray(table[:, 0]).tolist())
     if LABEL not in names_col:

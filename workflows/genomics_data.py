@@ -27,7 +27,7 @@ import numpy as np
 
 from subzero.errors import SubZeroError
 from workflows.genomics_udfs import (
-    CONDITIONED, GENOMIC, LABEL, MISSING, MODEL_FEATURES, STRING, SUBCLASSES,
+    CONDITIONED, GENOMIC, LABEL, MISSING, MODEL_FEATURES, STRING, SUBCLASSES, VOCAB,
 )
 
 #: The four descriptive columns before the patients.
@@ -118,6 +118,24 @@ def check_model_features(table: np.ndarray, where: str = "table") -> None:
     twice = [f for f in MODEL_FEATURES if int((names == f).sum()) > 1]
     if twice:
         raise TableError(f"{where}: model features listed more than once: {', '.join(twice)}")
+
+
+def check_values(table: np.ndarray, where: str = "table") -> None:
+    """Raise :class:`TableError` when a model feature's row holds a value outside its
+    vocabulary (``VOCAB``; other features may hold anything): ``NA`` or an empty cell is
+    a missing value, except for the label, which every patient needs."""
+    names = np.asarray(table)[:, 0].tolist()
+    for f in MODEL_FEATURES:
+        if f not in names:
+            continue
+        row = np.asarray(table)[names.index(f), N_DESCRIPTION:].tolist()
+        allowed = set(VOCAB[f]) | (set() if f == LABEL else {MISSING, ""})
+        bad = [(k, v) for k, v in enumerate(row) if v not in allowed]
+        if bad:
+            k, v = bad[0]
+            raise TableError(f"{where}: feature {f} has value {v!r} for patient {k + 1} "
+                             f"({len(bad)} such); expected one of "
+                             f"{', '.join(sorted(allowed - {''}))}")
 
 
 def scale_table(table: np.ndarray, n: int) -> np.ndarray:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from subzero.cli.common import check_output
 from subzero.errors import SubZeroError
 
 BENCHMARKS = ("astronomy", "genomics", "encoders", "query", "executor", "optimizer", "scale",
@@ -22,6 +23,15 @@ def benchmarks_dir() -> Path:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.out is not None:
+        check_output(args.out, "--out", (".json",))
+    if args.png is not None:
+        png = Path(args.png)
+        if png.exists() and not png.is_dir():
+            raise SubZeroError(f"--png {args.png} is a file, not a folder; expected a folder "
+                               "for the plots")
+        if not png.exists() and not png.parent.is_dir():
+            raise SubZeroError(f"--png {args.png}: folder {png.parent} does not exist")
     script = benchmarks_dir() / f"bench_{args.name}.py"
     if not script.exists():
         raise SubZeroError(f"benchmark {args.name!r} is not available ({script} is missing)")

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -21,7 +23,16 @@ class CliError(SubZeroError):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, with its errors as one-line :class:`CliError` s."""
+    """argparse, with its errors as one-line :class:`CliError` s.
+
+    A value that starts with a minus and a digit (``--cells -1,2``, ``--box -3:4,0:2``,
+    ``--max-disk -5``) is a value, never an option (no option of ours looks like a number),
+    so the command names the bad value instead of saying "expected one argument".
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(r"^-\.?\d")
 
     def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage too)
         raise CliError(f"{self.prog}: {message}")
@@ -84,6 +95,10 @@ def parse_cells_text(text: str, shape: Sequence[int]) -> np.ndarray:
             rows.append([int(v) for v in part.split(",")])
         except ValueError:
             raise CellError(f"bad cell {part!r}; expected integers like 'r,c'") from None
+        big = [v for v in rows[-1] if not -2 ** 63 <= v < 2 ** 63]
+        if big:
+            raise CellError(f"cell {part!r}: coordinate {big[0]} is out of range; expected "
+                            f"cells inside the array {tuple(shape)}")
     if not rows:
         raise CellError(f"no cells in {text!r}; expected 'r,c;r,c'")
     if any(len(r) != len(shape) for r in rows):
@@ -91,3 +106,59 @@ def parse_cells_text(text: str, shape: Sequence[int]) -> np.ndarray:
         raise CellError(f"cell {tuple(bad)} has {len(bad)} coordinates; the array "
                         f"{tuple(shape)} has {len(shape)} axes")
     return np.asarray(rows, dtype=np.int64)
+
+
+#: what each kind of output file may be called (``check_output``)
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".pdf", ".svg", ".tif", ".tiff", ".webp")
+
+
+def check_output(path: str, flag: str, suffixes: Sequence[str] | None = None) -> Path:
+    """An output file the command can write, checked BEFORE any work: its folder exists
+    and is writable, no folder is in the way, an existing file is writable, and its name
+    ends in one of ``suffixes``. One-line :class:`CliError` naming ``flag`` otherwise.
+
+    >>> check_output("/tmp/x.json", "--out", (".json",)).name
+    'x.json'
+    """
+    if not str(path).strip():
+        raise CliError(f"{flag} {path!r}: expected a file name")
+    p = Path(path)
+    if suffixes and p.suffix.lower() not in suffixes:
+        raise CliError(f"{flag} {path}: unsupported file type {p.suffix or '(none)'!r}; "
+                       f"expected a name ending in {', '.join(suffixes)}")
+    if p.is_dir():
+        raise CliError(f"{flag} {path} is a folder; expected a file name")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.exists():
+        raise CliError(f"{flag} {path}: folder {parent} does not exist")
+    if not parent.is_dir():
+        raise CliError(f"{flag} {path}: {parent} is a file, not a folder")
+    if p.exists() and not _writable(p):
+        raise CliError(f"{flag} {path}: the file is read-only; expected a writable file")
+    if not p.exists() and not _writable(parent):
+        raise CliError(f"{flag} {path}: folder {parent} is read-only; expected a writable "
+                       "folder")
+    return p
+
+
+def _writable(p: Path) -> bool:
+    """Whether ``p`` (a file or folder) can be written, tried for real (root passes
+    ``os.access`` on read-only files; an immutable or read-only mount fails only on write)."""
+    if not os.access(p, os.W_OK):
+        return False
+    try:
+        if p.is_dir():
+            probe = p / f".subzero-write-test.{os.getpid()}"
+            probe.touch()
+            probe.unlink()
+        else:
+            with open(p, "ab"):
+                pass
+    except OSError:
+        return False
+    return True
+
+
+def write_failed(flag: str, path: str | os.PathLike, e: OSError) -> CliError:
+    """The one-line error of an output that failed while being written."""
+    return CliError(f"{flag} {path}: could not write it ({e.strerror or e})")

@@ -9,14 +9,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from typing import Sequence
 
-from subzero.cli import bench, check, optimize, query, replay, runs, serve
-from subzero.cli.common import EXIT_USAGE, Parser
+from subzero.cli import bench, check, optimize, query, replay, runs, serve, verify
+from subzero.cli.common import EXIT_USAGE, CliError, Parser
 from subzero.errors import SubZeroError
 
 #: the modules whose ``register(subparsers, common)`` adds their commands, in help order
-COMMANDS = (runs, query, serve, replay, optimize, check, bench)
+COMMANDS = (runs, query, serve, replay, optimize, check, verify, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,14 +34,24 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _command_names(parser: argparse.ArgumentParser) -> list[str]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return list(action.choices)
+    return []
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
         if not getattr(args, "command", None):
-            parser.print_help()
-            return EXIT_USAGE
-        return int(args.func(args) or 0)
+            names = ", ".join(sub for sub in _command_names(parser))
+            raise CliError(f"no command given; expected one of {names} (subzero --help)")
+        with warnings.catch_warnings():
+            if not os.environ.get("SUBZERO_DEBUG"):  # a library's warnings are not ours to print
+                warnings.simplefilter("ignore")
+            return int(args.func(args) or 0)
     except SubZeroError as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         print(f"subzero: error: {msg}", file=sys.stderr)

@@ -11,7 +11,7 @@ import workflows
 from optimizer.calibrate import calibrate
 from optimizer.calibration import load_calibration
 from optimizer.plan import optimize
-from subzero.cli.common import emit_json, parse_assignments, table
+from subzero.cli.common import check_output, emit_json, parse_assignments, table, write_failed
 from subzero.errors import SubZeroError
 from subzero.query.costs import CALIBRATION_FILE
 from subzero.sizes import human_bytes, parse_size
@@ -57,6 +57,8 @@ def _pins(items: list[str] | None) -> dict[str, list[str]]:
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
+    if args.out is not None:
+        check_output(args.out, "--out", (".json",))
     if (args.workflow is None) == (args.run is None):
         raise SubZeroError("give exactly one of --workflow NAME or --run RUN")
     wf = None
@@ -71,7 +73,10 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                    sample=not args.no_sample)
     doc = res.to_json()
     if args.out:
-        Path(args.out).write_text(json.dumps(doc, indent=2, default=str) + "\n")
+        try:
+            Path(args.out).write_text(json.dumps(doc, indent=2, default=str) + "\n")
+        except OSError as e:
+            raise write_failed("--out", args.out, e) from None
     if args.json:
         emit_json(doc)
         return 0
@@ -99,10 +104,13 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    out = Path(args.out) if args.out else CALIBRATION_FILE
+    out = check_output(args.out, "--out", (".json",)) if args.out is not None else CALIBRATION_FILE
     cal = calibrate(quick=args.quick, spark=not args.no_spark,
                     progress=None if args.json else print)
-    cal.save(out)
+    try:
+        cal.save(out)
+    except OSError as e:
+        raise write_failed("--out", out, e) from None
     if args.json:
         emit_json(cal.to_json())
         return 0

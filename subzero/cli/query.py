@@ -10,7 +10,8 @@ import numpy as np
 
 from subzero.api import Run
 from subzero.cells import Box
-from subzero.cli.common import emit_json, parse_cells_text, parse_path, table
+from subzero.cli.common import (IMAGE_SUFFIXES, check_output, emit_json, parse_cells_text,
+                                parse_path, table, write_failed)
 from subzero.cli.render import cells_phrase, inputs_origin, lineage_legend, render_mask
 from subzero.engine.runs import load_run
 from subzero.errors import QueryError
@@ -25,15 +26,33 @@ def _cells(args: argparse.Namespace, shape: tuple[int, ...]) -> Any:
     if args.box:
         return Box.parse(args.box, shape)
     p = Path(args.cells_file)
+    if p.is_dir():
+        raise QueryError(f"--cells-file {p} is a folder; expected a .npy file")
     if not p.exists():
         raise QueryError(f"--cells-file {p}: no such file")
+    if p.stat().st_size == 0:
+        raise QueryError(f"--cells-file {p} is empty; expected a .npy of cells or a bool mask")
     try:
         return np.load(p, allow_pickle=False)
-    except ValueError as e:
-        raise QueryError(f"--cells-file {p}: not a .npy array ({e})") from None
+    except (ValueError, OSError, EOFError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise QueryError(f"--cells-file {p}: not a .npy array ({msg})") from None
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    """What can be refused before the run is opened: empty values, unwritable outputs."""
+    for flag in ("--from", "--cells", "--cells-file", "--box", "--to", "--path", "--named"):
+        v = getattr(args, flag[2:].replace("-", "_").replace("from", "from_"), None)
+        if v is not None and not str(v).strip():
+            raise QueryError(f"{flag} {v!r}: expected a value")
+    if args.out is not None:
+        check_output(args.out, "--out", (".npy",))
+    if args.png is not None:
+        check_output(args.png, "--png", IMAGE_SUFFIXES)
 
 
 def cmd_query(args: argparse.Namespace) -> int:
+    _check_args(args)
     path = parse_path(args.path) if args.path else None  # a bad path fails before any I/O
     run = Run(load_run(args.home, args.run))
     if args.named:
@@ -53,7 +72,10 @@ def cmd_query(args: argparse.Namespace) -> int:
         cells = _cells(args, run.workflow.array_shape(args.from_))
         res = qx.query(args.direction, cells, args.from_, path, args.to, args.method)
     if args.out:
-        np.save(args.out, res.mask)
+        try:
+            np.save(args.out, res.mask)
+        except OSError as e:
+            raise write_failed("--out", args.out, e) from None
     if args.png:
         origin = inputs_origin(run.loaded.info.get("params"))
         about = ", ".join(filter(None, (run.workflow.name, origin)))
@@ -68,6 +90,9 @@ def cmd_query(args: argparse.Namespace) -> int:
                 ("operator", "input", "method", "in_cells", "out_cells", "ms")))
     print(f"\n{res.direction} lineage of {res.start} in {res.array} {tuple(res.shape)}: "
           f"{cells_phrase(res.count)}, {res.elapsed_s * 1000:.1f} ms")
+    for s in res.steps:  # a switch, a damaged shard: what the method column cannot say
+        if s.note:
+            print(f"note: {s.operator}: {s.note}")
     if 0 < res.count <= 20:
         print("cells:", "; ".join(",".join(str(v) for v in c) for c in res.coords.tolist()))
     for what, p in (("mask", args.out), ("picture", args.png)):

@@ -14,10 +14,12 @@ import numpy as np
 import workflows
 from subzero.api import Home, optimized_plan, say
 from subzero.chunking import Chunking
-from subzero.cli.common import CliError, emit_json, parse_assignments, table
+from subzero.cli.common import (CliError, check_output, emit_json, parse_assignments,
+                                table, write_failed)
 from subzero.engine import layout
 from subzero.engine.catalog import Catalog
 from subzero.engine.inputs import origin_text
+from subzero.engine.spark import check_master, resolve_master
 from subzero.engine.runner import RunResult, run_workflow
 from subzero.sizes import human_bytes, parse_size
 
@@ -41,12 +43,20 @@ def _build_workflow(args: argparse.Namespace) -> Any:
 
 def load_plan_file(path: str) -> tuple[dict[str, list[str]], int | None]:
     """A plan file: ``{"plan": {OP: [STRATEGY, ...]}, "max_disk": BYTES, ...}`` (the
-    optimizer's output) or a bare ``{OP: [STRATEGY, ...]}``."""
+    optimizer's output) or a bare ``{OP: [STRATEGY, ...]}``; each operator listed with at
+    least one strategy, and at least one operator."""
+    p = Path(path)
+    if p.is_dir():
+        raise CliError(f"--plan {path} is a folder; expected a plan file (JSON)")
     try:
-        with open(path) as f:
+        with open(p, encoding="utf-8") as f:
             doc = json.load(f)
     except FileNotFoundError:
         raise CliError(f"--plan {path}: no such file") from None
+    except UnicodeDecodeError:
+        raise CliError(f"--plan {path}: not a text file; expected a plan file (JSON)") from None
+    except OSError as e:
+        raise CliError(f"--plan {path}: cannot read it ({e.strerror or e})") from None
     except json.JSONDecodeError as e:
         raise CliError(f"--plan {path}: not valid JSON ({e.msg} at line {e.lineno})") from None
     plan = doc.get("plan", doc) if isinstance(doc, dict) else None
@@ -54,15 +64,51 @@ def load_plan_file(path: str) -> tuple[dict[str, list[str]], int | None]:
         isinstance(v, list) and all(isinstance(s, str) for s in v) for v in plan.values()
     ):
         raise CliError(f"--plan {path}: expected {{\"plan\": {{\"OP\": [\"STRATEGY\", ...]}}}}")
+    if not plan:
+        raise CliError(f"--plan {path} lists no operator; expected {{\"plan\": {{\"OP\": "
+                       "[\"STRATEGY\", ...]}}")
+    empty = [op for op, v in plan.items() if not v]
+    if empty:
+        raise CliError(f"--plan {path}: operator {empty[0]!r} has an empty strategy list; "
+                       "expected at least one strategy (e.g. [\"blackbox\"])")
     budget = doc.get("max_disk") if isinstance(doc, dict) and "plan" in doc else None
     return plan, (parse_size(budget, "max_disk in the plan") if budget is not None else None)
 
 
+def check_chunking(chunking: Chunking, text: str | None, wf: Any) -> Chunking:
+    """Refuse a ``--chunks`` spec with a number of axes no array of the workflow has."""
+    given = chunking.split if chunking.split is not None else chunking.chunks
+    if given is None or (chunking.split is not None and len(given) == 1):
+        return chunking
+    wf.validate()
+    ndims = sorted({len(s.shape) for s in wf.inputs.values()}
+                   | {len(op.out_shape) for op in wf.ops.values()} - {0})
+    if len(given) not in ndims:
+        axes = " or ".join(str(n) for n in ndims)
+        raise CliError(f"--chunks {text!r} has {len(given)} axes; the arrays of workflow "
+                       f"{wf.name!r} have {axes}")
+    return chunking
+
+
+def _given(args: argparse.Namespace, *names: str) -> None:
+    """An option given as an empty string is refused (not taken as absent)."""
+    for name in names:
+        v = getattr(args, name.lstrip("-").replace("-", "_"), None)
+        if v is not None and not str(v).strip():
+            raise CliError(f"{name} {v!r}: expected a value")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    _given(args, "--max-disk", "--plan", "--chunks", "--strategy", "--master")
+    if args.master is not None:
+        check_master(resolve_master(args.master))  # before anything is built or started
+    chunking = Chunking.parse(args.chunks)
+    plan, plan_budget = load_plan_file(args.plan) if args.plan is not None else (None, None)
+    max_disk = (parse_size(args.max_disk, "--max-disk") if args.max_disk is not None
+                else plan_budget)
     wf, inputs = _build_workflow(args)
-    plan, plan_budget = load_plan_file(args.plan) if args.plan else (None, None)
+    chunking = check_chunking(chunking, args.chunks, wf)
     strategy = args.strategy
-    max_disk = parse_size(args.max_disk, "--max-disk") if args.max_disk else plan_budget
     label = None
     if strategy == "optimized" and plan is None:
         plan = optimized_plan(wf, args.home, max_disk=max_disk)
@@ -71,7 +117,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         label = f"plan:{Path(args.plan).name}"
     res = run_workflow(
         wf, home=args.home, inputs=inputs, strategy=strategy, plan=plan, label=label,
-        chunking=Chunking.parse(args.chunks), master=args.master,
+        chunking=chunking, master=args.master,
         progress=True, notify=say, max_disk=max_disk,
     )
     notes = _run_summary(args, res)
@@ -114,6 +160,8 @@ def data_kind(origins: dict[str, Any] | None) -> str:
 def _catalog(args: argparse.Namespace) -> Catalog:
     home = layout.resolve_home(args.home)
     path = layout.catalog_path(home)
+    if home.exists() and not home.is_dir():
+        raise CliError(f"SubZero home {home} is a file; expected a folder (--home DIR)")
     if not path.exists():
         raise CliError(f"no SubZero home at {home} (run a workflow first, or pass --home)")
     return Catalog(path)
@@ -182,22 +230,23 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    out = check_output(args.out, "export: OUT", (".npy", ".fits", ".fit"))
     run = Home(args.home).get(args.run)
     data = run.array(args.array)
-    out = Path(args.out)
     suffix = out.suffix.lower()
-    if suffix == ".npy":
-        np.save(out, data)
-    elif suffix in (".fits", ".fit"):
-        if data.dtype.kind not in "biuf":
-            raise CliError(f"array {args.array!r} has dtype {data.dtype}; FITS holds numbers only "
-                           "(export to .npy instead)")
-        from astropy.io import fits  # astropy only to write FITS
+    if suffix in (".fits", ".fit") and data.dtype.kind not in "biuf":
+        raise CliError(f"array {args.array!r} has dtype {data.dtype}; FITS holds numbers only "
+                       "(export to .npy instead)")
+    try:
+        if suffix == ".npy":
+            np.save(out, data)
+        else:
+            from astropy.io import fits  # astropy only to write FITS
 
-        fits.PrimaryHDU(data.astype(np.uint8) if data.dtype == bool else data).writeto(
-            out, overwrite=True)
-    else:
-        raise CliError(f"cannot export to {args.out!r}: expected a .npy or .fits file name")
+            fits.PrimaryHDU(data.astype(np.uint8) if data.dtype == bool else data).writeto(
+                out, overwrite=True)
+    except OSError as e:
+        raise write_failed("export: OUT", out, e) from None
     if not args.json:
         print(f"wrote {args.array} of run {run.id} ({data.shape}, {data.dtype}) to {out}")
     else:

@@ -182,8 +182,22 @@ class Catalog:
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        home = self.path.parent
+        if home.exists() and not home.is_dir():
+            raise CatalogError(f"SubZero home {home} is a file; expected a folder (--home DIR)")
+        try:
+            home.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise CatalogError(f"cannot create SubZero home {home}: {e.strerror or e}; "
+                               "expected a writable folder (--home DIR)") from None
         self._key = os.path.realpath(self.path)
+        try:
+            self._open()
+        except sqlite3.DatabaseError as e:
+            raise CatalogError(f"cannot open the catalog {self.path}: {e}; expected a writable "
+                               "SubZero home (--home DIR)") from None
+
+    def _open(self) -> None:
         self.db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode=WAL")

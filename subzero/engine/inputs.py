@@ -17,9 +17,11 @@ itself (``InputSpec.path``, e.g. real data it found).
 from __future__ import annotations
 
 import hashlib
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -36,6 +38,15 @@ FULL_HASH_BYTES = 1 << 30
 HASH_END_BYTES = 1 << 20
 #: what a run says about an input the workflow made without a description of its own
 WORKFLOW_SOURCE = "made by the workflow (no file)"
+
+
+@contextmanager
+def _quiet_fits() -> Iterator[list[warnings.WarningMessage]]:
+    """astropy's warnings about a file (``File may have been truncated``...) caught, never
+    printed: the caller turns the ones that matter into its one-line error."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield caught
 
 
 @dataclass(frozen=True)
@@ -59,7 +70,8 @@ class FileBlocks:
             return np.array(arr[box.slices] if box.ndim else arr[()])
         from astropy.io import fits  # astropy only for FITS inputs
 
-        with fits.open(self.path, memmap=True, do_not_scale_image_data=True) as hdul:
+        with _quiet_fits(), fits.open(self.path, memmap=True,
+                                      do_not_scale_image_data=True) as hdul:
             raw = np.array(hdul[self.hdu].data[box.slices])
         return _unscale(raw, self.bzero, self.bscale)
 
@@ -70,7 +82,8 @@ class FileBlocks:
             return tuple(arr.shape), arr.dtype
         from astropy.io import fits  # astropy only for FITS inputs
 
-        with fits.open(self.path, memmap=True, do_not_scale_image_data=True) as hdul:
+        with _quiet_fits(), fits.open(self.path, memmap=True,
+                                      do_not_scale_image_data=True) as hdul:
             data = hdul[self.hdu].data
             return tuple(data.shape), _unscale(data[(slice(0, 0),) * data.ndim],
                                                self.bzero, self.bscale).dtype
@@ -87,29 +100,74 @@ def _unscale(raw: np.ndarray, bzero: float, bscale: float) -> np.ndarray:
     return raw * bscale + bzero
 
 
-def open_file(path: str) -> FileBlocks:
-    """A :class:`FileBlocks` for a ``.npy`` or FITS input, or a one-line error."""
+def _check_file(path: str) -> Path:
+    """``path`` as a readable, non-empty file, or a one-line error saying what it is."""
     p = Path(path)
+    if p.is_dir():
+        raise StoreError(f"input {path} is a directory; expected a .npy or .fits file")
     if not p.is_file():
         raise StoreError(f"input file {path} does not exist")
+    try:
+        size = p.stat().st_size
+        with open(p, "rb"):
+            pass
+    except OSError as e:
+        raise StoreError(f"cannot read input file {path}: {e.strerror or e}") from None
+    if size == 0:
+        raise StoreError(f"input file {path} is empty (0 bytes); expected a .npy or .fits file")
+    return p
+
+
+def _check_npy(p: Path, path: str) -> np.ndarray:
+    """A ``.npy`` file memory-mapped, or a one-line error (not an array, objects...)."""
+    with open(p, "rb") as f:
+        magic = f.read(6)
+    if magic[:2] == b"PK":
+        raise StoreError(f"input file {path} is an .npz archive; expected a single .npy array")
+    if magic != b"\x93NUMPY":
+        raise StoreError(f"cannot read {path} as .npy: it is not a .npy file (no NUMPY "
+                         "header); expected an array saved with numpy.save")
+    try:
+        arr = np.load(p, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if "object" in msg.lower() or "pickle" in msg.lower():
+            raise StoreError(f"input file {path} holds Python objects; expected a .npy of "
+                             "numbers") from None
+        raise StoreError(f"cannot read {path} as .npy: {msg}") from None
+    if not isinstance(arr, np.ndarray):
+        raise StoreError(f"input file {path} is an .npz archive; expected a single .npy array")
+    if arr.dtype.kind not in "biuf":
+        raise StoreError(f"input file {path} has dtype {arr.dtype}; expected a .npy of "
+                         "numbers (bool, int, uint or float)")
+    return arr
+
+
+def open_file(path: str) -> FileBlocks:
+    """A :class:`FileBlocks` for a ``.npy`` or FITS input, or a one-line error."""
+    p = _check_file(path)
     suffix = p.suffix.lower()
     if suffix == ".npy":
-        try:
-            np.load(p, mmap_mode="r", allow_pickle=False)
-        except (ValueError, OSError) as e:
-            raise StoreError(f"cannot read {path} as .npy: {str(e).splitlines()[0]}") from None
+        _check_npy(p, path)
         return FileBlocks(str(p), "npy")
     if suffix in FITS_SUFFIXES:
         from astropy.io import fits  # astropy only for FITS inputs
 
         try:
-            with fits.open(p, memmap=True, do_not_scale_image_data=True) as hdul:
+            with _quiet_fits() as caught, fits.open(p, memmap=True,
+                                                    do_not_scale_image_data=True) as hdul:
                 for k, hdu in enumerate(hdul):
                     if getattr(hdu, "is_image", False) and hdu.data is not None:
+                        hdu.data[(slice(-1, None),) * hdu.data.ndim].copy()  # the last pixel
+                        truncated = [w for w in caught if "truncated" in str(w.message)]
+                        if truncated:
+                            raise ValueError(str(truncated[0].message))
                         return FileBlocks(str(p), "fits", k, float(hdu.header.get("BZERO", 0)),
                                           float(hdu.header.get("BSCALE", 1)))
-        except (OSError, ValueError, TypeError) as e:
+        except (OSError, ValueError, TypeError, IndexError) as e:
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            if "too small" in msg or "truncated" in msg:
+                msg = f"the file is truncated ({msg})"
             raise StoreError(f"cannot read {path} as FITS: {msg}") from None
         raise StoreError(f"FITS file {path} holds no image")
     raise StoreError(f"cannot read {path}: expected a .npy or .fits file")
@@ -243,16 +301,14 @@ def origin_text(origin: dict[str, Any] | None) -> str:
 
 def load_file(path: str) -> np.ndarray:
     """Read an input array from ``.npy`` or ``.fits`` (first image HDU)."""
-    p = Path(path)
-    if not p.exists():
-        raise StoreError(f"input file {path} does not exist")
+    p = _check_file(path)
     suffix = p.suffix.lower()
     if suffix == ".npy":
-        return np.load(p, allow_pickle=False)
+        return np.array(_check_npy(p, path))
     if suffix in (".fits", ".fit", ".fts"):
         from astropy.io import fits  # astropy only for FITS inputs
 
-        with fits.open(p, memmap=False) as hdul:
+        with _quiet_fits(), fits.open(p, memmap=False) as hdul:
             for hdu in hdul:
                 if hdu.data is not None and getattr(hdu, "is_image", True):
                     return np.asarray(hdu.data)

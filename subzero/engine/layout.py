@@ -23,6 +23,7 @@ from typing import Sequence
 
 from subzero.cells import Box
 from subzero.chunking import chunk_key
+from subzero.errors import StoreError
 from subzero.lineage import ShardSpec
 from subzero.modes import Strategy
 
@@ -79,3 +80,19 @@ def shard_spec(home: Path, rid: str, op: str, strategy: Strategy, chunk: Sequenc
     return ShardSpec(str(shard_dir(home, rid, op, strategy.name, chunk)), rid, op, strategy,
                      chunk, out_box, tuple(out_shape), tuple(tuple(s) for s in in_shapes),
                      attempt)
+
+
+def check_writable_home(home: Path) -> None:
+    """Raise :class:`subzero.errors.StoreError` unless ``home`` is (or can be made) a folder
+    this process can write into, tried for real: root passes ``os.access`` on read-only
+    folders, and a read-only mount or immutable folder fails only on write."""
+    if home.exists() and not home.is_dir():
+        raise StoreError(f"SubZero home {home} is a file; expected a folder (--home DIR)")
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        probe = home / f".subzero-write-test.{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as e:
+        raise StoreError(f"SubZero home {home} is not writable ({e.strerror or e}); expected a "
+                         "folder SubZero can write its runs into (--home DIR)") from None

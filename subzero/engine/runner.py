@@ -244,7 +244,7 @@ def _shard_row(name: str, s: dict[str, Any], home: Path) -> dict[str, Any]:
             "pairs": s.get("pairs", 0), "out_cells": s.get("out_cells", 0),
             "in_cells": s.get("in_cells", 0), "fanin": s.get("fanin"),
             "fanout": s.get("fanout"), "encode_s": s.get("encode_s"),
-            "attempt": s.get("attempt", 0)}
+            "attempt": s.get("attempt", 0), "checksum": s.get("checksum")}
 
 
 def _op_jobs(r: _Run, name: str, fused: set[str]) -> list[TaskJob]:
@@ -561,6 +561,7 @@ def run_workflow(
         on_plan(resolved)
     chunking = chunking or Chunking()
     home = layout.resolve_home(home)
+    layout.check_writable_home(home)  # a home that is a file or read-only: before Spark starts
     check_fits(wf, home)
     sources, data = plan_inputs(wf, inputs)
     origins = input_origins(wf, inputs)

@@ -30,7 +30,7 @@ from encoders.base import LookupTimeout
 from subzero.engine import layout
 from subzero.engine.catalog import Catalog
 from subzero.engine.runs import LoadedRun
-from subzero.errors import QueryError
+from subzero.errors import DamagedError, QueryError
 from subzero.frontier import Frontier, start_frontier
 from subzero.modes import Mode, Strategy
 from subzero.operator import Operator
@@ -119,6 +119,8 @@ class QueryExecutor:
             if key not in self._dag_steps:  # a DAG search per query would cost ~1 ms
                 self._dag_steps[key] = dag_steps(wf, direction, start, to)
             steps, target = self._dag_steps[key], to
+        if method in ("map", "stored"):
+            self._check_forced(method, steps)
         f0 = start_frontier(wf.array_shape(start), cells)
         got, done, along = self._walk(direction, start, target, steps, f0, method)
         res = LineageResult(self.run.id, direction, target, got, done,
@@ -129,6 +131,16 @@ class QueryExecutor:
                 [[s.operator, s.input] for s in done], f0.n, res.count, res.elapsed_s,
                 [s.to_json() for s in done])
         return res
+
+    def _check_forced(self, method: str, steps: Sequence[tuple[str, int]]) -> None:
+        """``--method map`` or ``stored`` where no operator on the path has it is an
+        error, not a silent fallback (operators that lack it still use what they have)."""
+        ops = list(dict.fromkeys(op for op, _ in steps))
+        if ops and not any(kind == method for op in ops for kind, _ in self.methods(op)):
+            what = "stores no lineage" if method == "stored" else "has no mapping function"
+            names = ", ".join(ops[:4]) + (f" and {len(ops) - 4} more" if len(ops) > 4 else "")
+            raise QueryError(f"--method {method}: run {self.run.id} {what} for any operator "
+                             f"on the path ({names}); expected --method auto or reexec")
 
     # -- walking ---------------------------------------------------------------------------
     def _walk(self, direction: str, start: str, target: str, steps: list[tuple[str, int]],
@@ -190,15 +202,32 @@ class QueryExecutor:
             elif kind == "stored":
                 deadline = (time.perf_counter() + max(budget, self.min_switch_s)
                             if budget is not None else None)
-                res = self._stored(op, i, backward, f, strategy, deadline)
                 used = f"stored:{strategy.name}"
+                try:
+                    res = self._stored(op, i, backward, f, strategy, deadline)
+                except DamagedError as e:
+                    if method != "auto":
+                        raise
+                    res, used = self._reexec(op, i, backward, f), "reexec"
+                    note = (f"{str(e).split(';')[0]}; re-executed instead (run "
+                            f"'subzero verify {self.run.id}')")
+                    return res, Step(op_name, i, used, n_in, res.n, time.perf_counter() - t0,
+                                     note)
                 if res is None:  # reading cost more than re-executing would
                     res = self._reexec(op, i, backward, f)
                     used = "reexec"
                     note = (f"switched from stored:{strategy.name} after "
                             f"{max(budget, self.min_switch_s):.3f} s")
             else:
-                res, used = self._reexec(op, i, backward, f), "reexec"
+                try:
+                    res, used = self._reexec(op, i, backward, f), "reexec"
+                except DamagedError as e:  # an array it reads is damaged: stored lineage?
+                    stored = [s for kind, s in self.methods(op_name) if kind == "stored"]
+                    if method != "auto" or not stored:
+                        raise
+                    res = self._stored(op, i, backward, f, stored[0], None)
+                    used = f"stored:{stored[0].name}"
+                    note = f"{str(e).split(';')[0]}; read stored lineage instead"
         return res, Step(op_name, i, used, n_in, res.n, time.perf_counter() - t0, note)
 
     @staticmethod

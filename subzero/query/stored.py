@@ -12,11 +12,14 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
+import lmdb
 import numpy as np
 
-from encoders.base import check_deadline
+from encoders.base import LookupTimeout, check_deadline
 from encoders.lookup import ShardReader, open_shard
+from encoders.store import check_shard_files
 from subzero.cells import as_linear, to_coords, unique
+from subzero.errors import DamagedError, StoreError
 from subzero.frontier import Frontier, FrontierUnion
 from subzero.lineage import PairBatch
 from subzero.operator import Operator
@@ -27,8 +30,54 @@ _READERS: dict[str, ShardReader] = {}
 _OPENED = [0]  # readers opened so far (unopened-shard counts are redone when it grows)
 
 
+#: what reading a damaged shard raises (a garbage page: lmdb.CorruptedError; a cut file:
+#: lmdb.Error or OSError; garbled records: decoding errors)
+READ_ERRORS = (lmdb.Error, OSError, ValueError, KeyError, IndexError, StoreError)
+
+
+def damaged(row: dict[str, Any], problem: str) -> DamagedError:
+    """The one-line error naming a damaged shard by operator, strategy and chunk."""
+    return DamagedError(
+        f"damaged lineage shard of operator {row['op']!r}, strategy {row['strategy']}, chunk "
+        f"{row['chunk']}: {problem}; run 'subzero verify {row.get('run') or 'RUN'}' to list "
+        "what is damaged (--method auto re-executes the operator instead)")
+
+
+def _problem(e: BaseException) -> str:
+    msg = str(e).splitlines()[0] if str(e) else ""
+    return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+
+
+class _Guarded:
+    """A shard reader whose read errors name its shard (:func:`damaged`)."""
+
+    def __init__(self, reader: ShardReader, row: dict[str, Any]) -> None:
+        self._reader, self._row = reader, row
+        self.out_box = reader.out_box
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._reader, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return attr(*args, **kwargs)
+            except LookupTimeout:
+                raise
+            except READ_ERRORS as e:
+                raise damaged(self._row, f"cannot be read ({_problem(e)})") from None
+        return call
+
+
 class ShardReaders:
-    """The shards of one run, by catalog row, opened on first use and kept open."""
+    """The shards of one run, by catalog row, opened on first use and kept open.
+
+    A shard is checked against the checksum the catalog recorded when it was published
+    the first time this process opens it (a CRC-32 of its files: about a millisecond per
+    MB), so a damaged shard is named (:class:`~subzero.errors.DamagedError`) instead of
+    answering wrongly; reading errors name it too.
+    """
 
     def __init__(self, home: str) -> None:
         self.home = str(home)
@@ -36,16 +85,23 @@ class ShardReaders:
         # (op, strategy) -> (shards not open, _OPENED when counted)
         self._unopened: dict[tuple[str, str], tuple[int, int]] = {}
 
-    def reader(self, row: dict[str, Any]) -> ShardReader:
+    def reader(self, row: dict[str, Any]) -> Any:
         reader = self._by_row.get(row["path"])
         if reader is not None:
             return reader
         key = os.path.join(self.home, row["path"])  # the home is already absolute
-        reader = _READERS.get(key)
-        if reader is None:
-            reader = _READERS[key] = open_shard(key)
+        raw = _READERS.get(key)
+        if raw is None:
+            problem = check_shard_files(key, row.get("checksum"))
+            if problem is not None:
+                raise damaged(row, problem)
+            try:
+                raw = open_shard(key)
+            except READ_ERRORS as e:
+                raise damaged(row, f"cannot be opened ({_problem(e)})") from None
+            _READERS[key] = raw
             _OPENED[0] += 1
-        self._by_row[row["path"]] = reader
+        reader = self._by_row[row["path"]] = _Guarded(raw, row)
         return reader
 
     def unopened(self, key: tuple[str, str], rows: Sequence[dict[str, Any]]) -> int:
