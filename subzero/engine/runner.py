@@ -108,6 +108,8 @@ class _Run:
     origins: dict[str, dict[str, Any]] = field(default_factory=dict)
     input_bytes: int = 0
     lineage_bytes: int = 0
+    #: bytes the lineage kept so far takes on disk (:func:`disk_bytes`; ``max_disk`` bounds it)
+    lineage_disk: int = 0
     operators: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -455,18 +457,45 @@ def _execute(r: _Run, stages: list[Stage], sources: Mapping[str, Callable[[Box],
     return most
 
 
+def disk_bytes(path: Path) -> int:
+    """What the files and folders under ``path`` take on disk: per entry the larger of its
+    size and its allocated blocks, so the figure bounds both ``du -sb`` (apparent sizes,
+    folders included) and ``du -s`` (blocks)."""
+    total = 0
+    for root, dirs, files in os.walk(path):
+        for name in [root, *(os.path.join(root, f) for f in files)]:
+            try:
+                st = os.lstat(name)
+            except OSError:
+                continue  # removed meanwhile
+            total += max(st.st_size, getattr(st, "st_blocks", 0) * 512)
+    return total
+
+
 def _enforce_budget(r: _Run, st: _Stage) -> None:
-    """Delete the stage's shards when they would take the run over ``max_disk``: the
-    operator keeps only its non-stored strategies (map, else black box) for this run."""
-    if r.max_disk is None or not st.rows or r.lineage_bytes + st.lineage_bytes <= r.max_disk:
+    """Delete the stage's shards when they would take the run over ``max_disk``, counted
+    in bytes on disk (:func:`disk_bytes`: every file of the shards, their metadata and
+    folders, the run's ``lineage`` folder once): the operator keeps only its non-stored
+    strategies (map, else black box) for this run."""
+    if r.max_disk is None or not st.rows:
+        return
+    op_dir = layout.strategy_dir(r.home, r.rid, st.name, "x").parent
+    root = op_dir.parent
+    first = r.lineage_disk == 0  # the lineage folder itself counts once, with the first shards
+    need = disk_bytes(op_dir) + (os.lstat(root).st_size if first and root.is_dir() else 0)
+    if r.lineage_disk + need <= r.max_disk:
+        r.lineage_disk += need
         return
     dropped = [s.name for s in st.strategies if s.stored]
-    for sname in dropped:
-        shutil.rmtree(layout.strategy_dir(r.home, r.rid, st.name, sname), ignore_errors=True)
+    shutil.rmtree(op_dir, ignore_errors=True)
+    try:  # the lineage folder goes too when nothing else is in it (later steps' shards may be)
+        root.rmdir()
+    except OSError:
+        pass
     st.strategies = [s for s in st.strategies if not s.stored] or [BLACKBOX]
     r.cat.set_operator_strategies(r.rid, st.name, [s.name for s in st.strategies])
-    st.note = (f"over the disk budget: {st.lineage_bytes} more bytes would exceed "
-               f"{r.max_disk}; stored nothing ({', '.join(dropped)} dropped)")
+    st.note = (f"over the disk budget: its shards take {need} more bytes on disk, which "
+               f"would exceed {r.max_disk}; stored nothing ({', '.join(dropped)} dropped)")
     st.rows = []
 
 
@@ -511,7 +540,8 @@ def _finish(r: _Run, runtime: float) -> None:
             if s.stored:
                 remove_unpublished(layout.strategy_dir(r.home, r.rid, name, s.name))
     if r.max_disk is not None:
-        r.cat.set_statistics(r.rid, "*", "*", {"max_disk": float(r.max_disk)})
+        r.cat.set_statistics(r.rid, "*", "*", {"max_disk": float(r.max_disk),
+                                               "lineage_disk_bytes": float(r.lineage_disk)})
     r.cat.finish_run(r.rid, "complete", runtime_s=runtime, input_bytes=r.input_bytes,
                      lineage_bytes=r.lineage_bytes,
                      array_bytes=sum(arrays.stored_bytes(p) for p in r.paths.values()))
@@ -540,7 +570,8 @@ def run_workflow(
     (``{op: [strategy names]}``) overrides it. Returns a :class:`RunResult`; the run's status
     in the catalog is ``complete`` only once every operator has finished.
 
-    ``max_disk`` (bytes) is a lineage budget the run enforces on real bytes: after each
+    ``max_disk`` (bytes) is a lineage budget the run enforces on bytes on disk (the shard
+    files, their metadata and folders: :func:`disk_bytes`, what ``du`` counts): after each
     operator's stage, if its shards would take the run's lineage over the budget, they are
     deleted before the next stage starts and the operator keeps only its non-stored
     strategies (map where it had it, else black box) for this run; the catalog says so and
