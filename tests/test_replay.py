@@ -229,6 +229,8 @@ def test_cli_replay_and_runs_show_the_derived_run(parents, capsys):
     code, out, err = _cli(capsys, "runs", "--home", home)
     line = next(ln for ln in out.splitlines() if ln.startswith(new + " "))
     assert f" {run.id} " in line and "replay: 2 cells of image" in line
+    code, out, _ = _cli(capsys, "show", new, "--home", home)
+    assert f"derived from run {run.id}: replay: 2 cells of image set to 65000" in out
     code, out, _ = _cli(capsys, "runs", "--home", home, "--json")
     row = next(r for r in json.loads(out) if r["run"] == new)
     assert row["parent"] == run.id and row["derivation"]["cells"] == 2

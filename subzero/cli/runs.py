@@ -209,6 +209,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         return 0
     print(f"run {rid}: {info['workflow']} ({info['strategy']}), {info['status']}"
           + (f" - {info['error']}" if info["error"] else ""))
+    if info.get("parent"):
+        print(f"derived from run {info['parent']}: {_derived(info) or 'see runs --json'}")
     data = sorted(n for n, o in origins.items() if not (o or {}).get("auxiliary"))
     for n in data:
         print(f"input {n}: {origin_text(origins[n])}")
