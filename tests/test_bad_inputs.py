@@ -457,3 +457,27 @@ def test_no_bad_run_leaves_anything_behind(corpus):
     from subzero.api import Home
 
     assert [r["id"] for r in Home(corpus["H"]).runs()] == ["r1", "r2"]
+
+
+def test_an_input_made_whole_that_cannot_fit_in_memory_is_refused(tmp_path):
+    """A whole-array input source (made on the driver) larger than the machine's memory is
+    refused before anything runs, naming the input; the same shape made box by box is not
+    held whole, so only the disk check applies to it."""
+    from operators import Cast
+    from subzero.engine.capacity import check_fits, physical_memory
+    from subzero.errors import SubZeroError
+    from subzero.workflow import Workflow
+
+    side = int((physical_memory() / 16) ** 0.5) + 1  # 32 bytes a cell: twice the memory
+    wf = Workflow("big")
+    wf.input("x", (side, side), "uint8", source=lambda: np.zeros((side, side), np.uint8))
+    wf.add("y", Cast("uint8"), "x")
+    with pytest.raises(SubZeroError, match="input 'x' is made whole in the driver's memory"):
+        check_fits(wf.validate(), tmp_path)
+    wf = Workflow("big")
+    wf.input("x", (side, side), "uint8", blocks=lambda box: np.zeros(box.shape, np.uint8))
+    wf.add("y", Cast("uint8"), "x")
+    try:
+        check_fits(wf.validate(), tmp_path)
+    except SubZeroError as e:
+        assert "would store" in str(e)  # only the disk can refuse it

@@ -19,6 +19,9 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Mapping
+
+import numpy as np
 
 from subzero.engine import arrays
 from subzero.errors import StoreError, WorkflowError
@@ -27,6 +30,9 @@ from subzero.workflow import Workflow
 
 #: a global task's working set, in multiples of its inputs and output (kernels' temporaries)
 WORKING_SET = 3
+#: bytes per cell a whole-array input source may hold on the driver while it makes the
+#: array (a generator's float64 image and coordinate grids, the cast to the input's dtype)
+WHOLE_INPUT_CELL_BYTES = 32
 
 
 def _what(wf: Workflow) -> str:
@@ -58,6 +64,23 @@ def global_task_bytes(wf: Workflow) -> tuple[int, str | None]:
     return best * WORKING_SET, who
 
 
+def whole_input_bytes(wf: Workflow, paths: Mapping[str, str] | None = None
+                      ) -> tuple[int, str | None]:
+    """The largest input the driver makes whole (a ``source`` without ``blocks``, or a
+    file read by a ``loader``), in bytes of memory while it is made, and its name."""
+    best, who = 0, None
+    for name, spec in wf.inputs.items():
+        if spec.blocks is not None and name not in (paths or {}):
+            continue  # made box by box in the tasks
+        if name in (paths or {}) and spec.loader is None:
+            continue  # a file read chunk by chunk through a memory map
+        cells = int(np.prod(spec.shape, dtype=np.int64))
+        need = max(arrays.logical_bytes(spec.shape, spec.dtype), cells * WHOLE_INPUT_CELL_BYTES)
+        if need > best:
+            best, who = need, name
+    return best, who
+
+
 def physical_memory() -> int:
     try:
         return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
@@ -72,9 +95,9 @@ def free_disk(home: Path) -> int:
     return shutil.disk_usage(p).free
 
 
-def check_fits(wf: Workflow, home: Path) -> None:
-    """Raise a one-line error when a run of ``wf`` cannot fit on the home's disk or in
-    this machine's memory."""
+def check_fits(wf: Workflow, home: Path, paths: Mapping[str, str] | None = None) -> None:
+    """Raise a one-line error when a run of ``wf`` (with input files ``paths``) cannot fit
+    on the home's disk or in this machine's memory."""
     need = array_bytes(wf)
     free = free_disk(home)
     if need > free:
@@ -88,3 +111,9 @@ def check_fits(wf: Workflow, home: Path) -> None:
             f"{_what(wf)} is too large for this machine: operator {who!r} sees whole "
             f"arrays in one task and needs about {human_bytes(task)} of memory; this machine "
             f"has {human_bytes(mem)}")
+    whole, name = whole_input_bytes(wf, paths)
+    if mem and whole > mem:
+        raise WorkflowError(
+            f"{_what(wf)} is too large for this machine: input {name!r} is made whole in "
+            f"the driver's memory and needs about {human_bytes(whole)}; this machine has "
+            f"{human_bytes(mem)}")

@@ -593,7 +593,7 @@ def run_workflow(
     chunking = chunking or Chunking()
     home = layout.resolve_home(home)
     layout.check_writable_home(home)  # a home that is a file or read-only: before Spark starts
-    check_fits(wf, home)
+    check_fits(wf, home, inputs)
     sources, data = plan_inputs(wf, inputs)
     origins = input_origins(wf, inputs)
     if spark is None:
