@@ -21,7 +21,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     checked = (f"{report.shards} shards ({report.records:,} records), {report.arrays} arrays "
                f"({report.chunks} chunks)")
     if report.unchecksummed:
-        checked += f"; {report.unchecksummed} shards have no recorded checksum (older runs)"
+        checked += (f"; {report.unchecksummed} shards have no recorded checksum (written before "
+                    "checksums were, or by a tool that does not record them): read back only")
     if report.ok:
         print(f"run {report.run} ({report.status}): ok, checked {checked}")
         return 0
