@@ -18,7 +18,8 @@ from subzero.api import Home
 from subzero.engine import layout
 from subzero.engine.catalog import Catalog
 
-HEAVY = ("pyspark", "zarr", "scipy", "astropy", "pulp", "matplotlib", "rtree")
+HEAVY = ("pyspark", "zarr", "scipy", "astropy", "pulp", "matplotlib", "rtree", "starlette",
+         "uvicorn", "subzero.cli.optimize", "subzero.cli.serve", "subzero.cli.runs")
 
 pytestmark = pytest.mark.spark
 
@@ -67,3 +68,15 @@ def test_one_shot_cli_query_imports_no_spark_zarr_or_scipy(astro, name):
     rc, heavy, out = p.stdout.split("\n", 2)
     assert rc == "0" and heavy == "[]", heavy
     assert json.loads(out)["count"] == run.named_query(name).count
+
+
+def test_every_command_is_registered_by_the_module_the_table_names():
+    from subzero.cli.main import COMMANDS, _command_names, build_parser, command_modules
+
+    assert _command_names(build_parser()) == list(COMMANDS)  # help order
+    for command, module in COMMANDS.items():
+        assert command_modules([command, "--json"]) == [module]
+        assert _command_names(build_parser([command])) == [
+            c for c, m in COMMANDS.items() if m == module]
+    assert command_modules([]) == command_modules(["nosuch"]) == list(dict.fromkeys(
+        COMMANDS.values()))

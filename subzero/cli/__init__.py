@@ -5,11 +5,18 @@ module                 commands
 =====================  ===================================================================
 ``cli.runs``           ``workflows``, ``run``, ``runs``, ``show``, ``export``
 ``cli.query``          ``query`` (and :mod:`cli.render`: the result drawn as a PNG)
+``cli.serve``          ``serve``: the web explorer (:mod:`subzero.serve`)
+``cli.replay``         ``replay``: what-if replay of changed cells
 ``cli.optimize``       ``optimize``, ``calibrate``
+``cli.check``          ``check-lineage``: an operator's declared lineage by perturbation
+``cli.verify``         ``verify``: a run's catalog, shards and arrays checked
 ``cli.bench``          ``bench``
 ``cli.demo``           ``make demo``: the main job, narrated
 ``cli.common``         one-line errors, tables, JSON, text forms of cells and paths
 =====================  ===================================================================
+
+:data:`subzero.cli.main.COMMANDS` maps each command to its module; only the module of the
+command that runs is imported.
 """
 
 from subzero.cli.main import build_parser, main

@@ -7,20 +7,36 @@ with status 2, without a traceback. ``--json`` prints machine-readable output on
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import warnings
 from typing import Sequence
 
-from subzero.cli import bench, check, optimize, query, replay, runs, serve, verify
 from subzero.cli.common import EXIT_USAGE, CliError, Parser
 from subzero.errors import SubZeroError
 
-#: the modules whose ``register(subparsers, common)`` adds their commands, in help order
-COMMANDS = (runs, query, serve, replay, optimize, check, verify, bench)
+#: each command, in help order, and the module of :mod:`subzero.cli` whose
+#: ``register(subparsers, common)`` adds it. A command's module is imported only when that
+#: command runs (all of them for ``--help`` or an unknown command): a one-shot query must
+#: not pay for importing the optimizer, Starlette or the replay engine.
+COMMANDS: dict[str, str] = {
+    "workflows": "runs", "run": "runs", "runs": "runs", "show": "runs", "export": "runs",
+    "query": "query", "serve": "serve", "replay": "replay", "optimize": "optimize",
+    "calibrate": "optimize", "check-lineage": "check", "verify": "verify", "bench": "bench",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_modules(argv: Sequence[str] | None = None) -> list[str]:
+    """The modules to register for ``argv``: the command's own, or every one."""
+    first = next((a for a in (argv or []) if not a.startswith("-")), None)
+    if first in COMMANDS and not any(a in ("-h", "--help") for a in (argv or [])[:1]):
+        return [COMMANDS[first]]
+    return list(dict.fromkeys(COMMANDS.values()))
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for ``argv`` (every command when None): see :data:`COMMANDS`."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--home", default=None,
                         help="SubZero home directory (default $SUBZERO_HOME or ./subzero-home)")
@@ -29,8 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="subzero", description="Fine-grained lineage for scientific array "
                "workflows on Apache Spark (SubZero).")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    for mod in COMMANDS:
-        mod.register(sub, common)
+    for name in command_modules(argv):
+        # by name, from the table above: only the command that runs is imported
+        importlib.import_module(f"subzero.cli.{name}").register(sub, common)
     return p
 
 
@@ -42,7 +59,8 @@ def _command_names(parser: argparse.ArgumentParser) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     try:
         args = parser.parse_args(argv)
         if not getattr(args, "command", None):
