@@ -14,15 +14,33 @@ from typing import Any
 
 import numpy as np
 
-from subzero.api import Run, say
-from subzero.cli.common import emit_json, table
-from subzero.cli.query import _cells
+from subzero.api import Run
+from subzero.cells import Box
+from subzero.cli.common import emit_json, parse_cells_text, table
 from subzero.engine import layout
 from subzero.engine.catalog import Catalog
 from subzero.engine.replay import ReplayResult, check_replay, check_status, replay_values
 from subzero.engine.runs import load_run
 from subzero.errors import ReplayError
 from subzero.frontier import start_frontier
+
+
+def _cells(args: argparse.Namespace, shape: tuple[int, ...]) -> Any:
+    """The cells to change: ``--cells``, ``--box`` or ``--cells-file`` (exactly one)."""
+    given = [x for x in (args.cells, args.cells_file, args.box) if x]
+    if len(given) != 1:
+        raise ReplayError("give exactly one of --cells, --cells-file or --box")
+    if args.cells:
+        return parse_cells_text(args.cells, shape)
+    if args.box:
+        return Box.parse(args.box, shape)
+    p = Path(args.cells_file)
+    if not p.exists():
+        raise ReplayError(f"--cells-file {p}: no such file")
+    try:
+        return np.load(p, allow_pickle=False)
+    except ValueError as e:
+        raise ReplayError(f"--cells-file {p}: not a .npy array ({e})") from None
 
 
 def _values(args: argparse.Namespace) -> np.ndarray | None:

@@ -138,10 +138,10 @@ def replay_values(array: str, dtype: Any, n: int, value: Any = None,
 
     >>> replay_values("exp1", "uint16", 2, value="7").tolist()
     [7, 7]
-    >>> replay_values("exp1", "uint16", 1, value="1.5")
+    >>> replay_values("exp1", "uint16", 1, value="1.5")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    subzero.errors.ReplayError: --set '1.5': array exp1 holds uint16; expected an integer from 0 to 65535
+    subzero.errors.ReplayError: --set '1.5': array exp1 holds uint16; expected an integer ...
     """
     dtype = np.dtype(dtype)
     if sum((value is not None, values is not None, bool(nan))) != 1:
