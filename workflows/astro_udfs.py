@@ -32,6 +32,7 @@ Examples
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Sequence
 
 import numpy as np
@@ -56,6 +57,7 @@ TAG_IDENTITY = 0
 TAG_STAR = 1
 
 _BATCH = 1 << 17  # window gathers run in batches of this many centres (bounded memory)
+_FEW = 8  # payload lineage of at most this many cells is tested in plain Python
 
 
 # ---------------------------------------------------------------------------------------
@@ -491,6 +493,10 @@ def _radius_hits(outcells: np.ndarray, radius: int, frontier_in: np.ndarray) -> 
     """Which ``outcells`` have an input within ``radius`` (a box) in ``frontier_in``."""
     outcells = np.asarray(outcells, dtype=np.int64).reshape(-1, frontier_in.ndim)
     shape = frontier_in.shape
+    if len(outcells) <= _FEW:  # a forward scan calls this once per distinct payload
+        return np.array([bool(frontier_in[tuple(slice(max(int(v) - radius, 0), int(v) + radius + 1)
+                                                     for v in c)].any()) for c in outcells],
+                        dtype=bool)
     if len(outcells) * (2 * radius + 1) ** len(shape) < frontier_in.size // 8:
         boxes = box_neighbours(outcells, (radius,) * len(shape), shape)
         return boxes.any_in(frontier_in.reshape(-1))
@@ -608,24 +614,29 @@ def cr_cell_masks(det: LACosmic, x: np.ndarray, cy: np.ndarray, cx: np.ndarray, 
 
 
 def cr_payloads(paths: np.ndarray, masks: np.ndarray) -> Ragged:
-    """One payload per candidate: a cell mask (``TAG_CELLS`` and 4 bytes) where ``masks``
-    has one, else the ``cr_paths`` row: the radius, then the steps without trailing stays
-    (so many are the 1-byte radius payload of older runs)."""
+    """One 5-byte payload per candidate: a cell mask (``TAG_CELLS`` and 4 bytes) where
+    ``masks`` has one, else the ``cr_paths`` row (the radius, two steps) and two stays. One
+    width for all, so that a query groups them in one vectorized pass (older runs stored
+    the 1-byte radius alone, which decodes the same way)."""
     n = len(paths)
     rows = np.zeros((n, 5), dtype=np.uint8)
     rows[:, :3] = paths
     has = masks != 0
     rows[has, 0] = TAG_CELLS
+    rows[~has, 3:] = _STAY
     rows[has, 1:] = masks[has].astype("<u4").view(np.uint8).reshape(-1, 4)
-    lengths = np.where(has, 5, np.where(paths[:, 2] != _STAY, 3,
-                                        np.where(paths[:, 1] != _STAY, 2, 1)))
-    keep = np.arange(5)[None, :] < lengths[:, None]
-    return Ragged.from_lengths(rows[keep], lengths)
+    return Ragged.from_lengths(rows.reshape(-1), np.full(n, 5, dtype=np.int64))
 
 
+@lru_cache(maxsize=4096)
 def _mask_offsets(mask: int) -> np.ndarray:
     bits = np.flatnonzero((int(mask) >> np.arange(25)) & 1)
     return np.stack([bits // 5 - 2, bits % 5 - 2], axis=1).astype(np.int64)
+
+
+@lru_cache(maxsize=4096)
+def _mask_steps(mask: int) -> tuple[tuple[int, int], ...]:
+    return tuple((b // 5 - 2, b % 5 - 2) for b in range(25) if (mask >> b) & 1)
 
 
 def _mask_cells(outcells: np.ndarray, mask: int, shape: Shape) -> tuple[np.ndarray, np.ndarray]:
@@ -678,8 +689,8 @@ def cr_lineage(cells: np.ndarray, paths: np.ndarray, masks: np.ndarray, shape: S
 
 
 def _decode_path(payload: bytes) -> tuple[int, list[tuple[int, int]]]:
-    if not 1 <= len(payload) <= 3 or any(b > 8 for b in payload[1:]):
-        raise CellError(f"expected a cosmic-ray path payload (a radius and up to 2 steps). "
+    if not 1 <= len(payload) <= 5 or any(b > 8 for b in payload[1:]):
+        raise CellError(f"expected a cosmic-ray path payload (a radius and up to 4 steps). "
                         f"Got {bytes(payload)!r}.")
     steps = [_STEPS_BY_CODE[b] for b in payload[1:]]
     return int(payload[0]), steps
@@ -709,7 +720,14 @@ def _path_cells(outcells: np.ndarray, payload: bytes, shape: Shape) -> np.ndarra
 
 def _path_hits(outcells: np.ndarray, payload: bytes, frontier_in: np.ndarray) -> np.ndarray:
     if len(payload) and payload[0] == TAG_CELLS:
-        lin, ok = _mask_cells(outcells, _decode_mask(payload), frontier_in.shape)
+        mask = _decode_mask(payload)
+        if len(outcells) <= _FEW:  # once per distinct payload in a forward scan: no numpy
+            h, w = frontier_in.shape
+            return np.array([any(0 <= y + dy < h and 0 <= x + dx < w and
+                                 frontier_in[y + dy, x + dx] for dy, dx in _mask_steps(mask))
+                             for y, x in np.asarray(outcells, dtype=np.int64).reshape(-1, 2)
+                             .tolist()], dtype=bool)
+        lin, ok = _mask_cells(outcells, mask, frontier_in.shape)
         return (frontier_in.reshape(-1)[lin] & ok).any(axis=1)
     radius, centres = _path_centres(outcells, payload)
     hits = np.zeros(len(centres[0]), dtype=bool)
