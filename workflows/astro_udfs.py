@@ -25,8 +25,8 @@ Examples
 >>> x = np.zeros((20, 20)); x[5, 5] = 5000.0            # one sharp hit on a flat sky
 >>> op = bind(CosmicRayDetect(), x)
 >>> mask, _, pays = run_chunked(op, [x], split=2, modes=(Mode.COMP,))
->>> np.argwhere(mask).tolist(), len(pays), pays.payload_bytes(0)
-([[5, 5]], 1, b'\\x06')
+>>> np.argwhere(mask).tolist(), len(pays), pays.payload_bytes(0)  # flagged: its 9x9 box
+([[5, 5]], 1, b'\\x04\\x04\\x04\\x04\\x04')
 """
 
 from __future__ import annotations
@@ -797,12 +797,19 @@ class CosmicRayDetect(_PathPayload, _IdentityDefault, UDF):
     Lineage (honest composite, identity default)
         A pixel is a *candidate* when its own input value exceeds ``gate``. A non-candidate
         is 0 whatever its neighbours are, so it depends on itself only (the identity
-        default; nothing stored). A candidate's output depends on the box of radius
+        default; nothing stored). A candidate's output depends at most on the box of radius
         :data:`CR_RADIUS` = 6 around it (clipped), the composed reach of the filters:
         L+ 1 (the Laplacian on the upsampled grid touches the 4-neighbours), noise 2 (5x5
         median), S 2, S' = S - 5x5 median of S: 4, fine structure 1 + 3 = 4, candidates 4,
-        first growth 5, second growth 6. In ``COMP`` mode every candidate (flagged or
-        rejected) stores the 1-byte payload ``6``; ``FULL`` writes one pair per pixel.
+        first growth 5, second growth 6. Each candidate records only the cells that decided
+        its output (:func:`cr_paths`, :func:`cr_cell_masks`): a flagged pixel the boxes of
+        radius :data:`SP_RADIUS` = 4 around itself, the first-growth neighbour and the
+        candidate that grew it; a rejected one its cross (or its cross and the 13 largest
+        pixels of its 5x5 median window) when S alone rules out growth, its 9x9 box when
+        S' does, the 11x11 box when no neighbour's S' can grow, else the 13x13 box. In
+        ``COMP`` mode every candidate stores a 5-byte payload saying which
+        (:func:`cr_payloads`; the 1-byte radius of older runs still decodes); ``FULL``
+        writes the same cells, one pair per pixel.
 
     Deviations from WORKFLOWS.md, and why
         - Its "7x7 box (radius 3) around a cosmic-ray pixel, itself elsewhere" is not sound:

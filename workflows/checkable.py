@@ -12,7 +12,7 @@ table check.
 
 >>> op = resolve("MedianFilter", {"radius": 1})
 >>> type(op).__name__, op.params()["radius"]
-('MedianFilter', (1,))
+('MedianFilter', [1])
 >>> [a.shape for a in default_inputs("Binary")]
 [(24, 20), (24, 20)]
 """
