@@ -6,6 +6,7 @@ input is one line with exit 2."""
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -130,6 +131,39 @@ def test_cli_exits_1_when_unsound_and_names_the_cells(capsys, tmp_path):
     doc = json.loads(capsys.readouterr().out)
     assert code == 1 and doc["sound"] is False
     assert doc["modes"][0]["unsound"][0]["example"]["cells"]
+
+
+USER_MODULE = """
+import numpy as np
+from operators import UDF
+from subzero.modes import Mode
+
+
+class Doubler(UDF):
+    n_inputs = 1
+
+    def supported_modes(self):
+        return frozenset({Mode.MAP, Mode.BLACKBOX})
+
+    def run(self, ctx, x):
+        return 2 * x
+
+    def map_b(self, f, i):
+        return f.copy()
+
+    def map_f(self, f, i):
+        return f.copy()
+"""
+
+
+def test_a_users_module_is_found_in_the_current_directory(capsys, tmp_path, monkeypatch):
+    (tmp_path / "my_udfs_for_check.py").write_text(USER_MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "my_udfs_for_check", raising=False)
+    code = main(["check-lineage", "my_udfs_for_check:Doubler", "--shape", "6x5", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["sound"] and doc["inputs"] == [[6, 5]]
 
 
 def test_cli_exits_0_when_sound(capsys):

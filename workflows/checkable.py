@@ -3,7 +3,8 @@
 :func:`resolve` turns what a scientist types into an operator instance: a built-in by class
 name (``MedianFilter``, from :mod:`operators`), a shipped UDF by class name
 (``CosmicRayDetect``, ``StarDetect``, ``Extract``...) or any operator class as
-``module:Class`` (``mypkg.udfs:MyDetector``; the module is imported). :func:`default_inputs`
+``module:Class`` (``mypkg.udfs:MyDetector``; the module is imported, from the current
+directory too). :func:`default_inputs`
 gives each built-in and shipped UDF small inputs of the kind it sees in the workflows (a
 star field with cosmic rays for the astronomy UDFs, a generated patient table run through
 the genomics pipeline for its UDFs); any other operator gets ``shape`` random floats per
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
+import sys
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -142,6 +145,23 @@ SHIPPED_UDFS: tuple[str, ...] = tuple(_UDFS)
 # ---------------------------------------------------------------------------------------
 
 
+def _import(module: str) -> Any:
+    """Import a user's module, also from the current directory (as ``python -m`` would; a
+    console script does not put it on the path)."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        here = os.getcwd()
+        if e.name != module.split(".")[0] or here in sys.path:
+            raise
+        sys.path.append(here)
+        try:
+            return importlib.import_module(module)
+        except ImportError:
+            sys.path.remove(here)
+            raise
+
+
 def _class_named(spec: str) -> Any:
     if ":" in spec:
         module, _, attr = spec.partition(":")
@@ -149,7 +169,7 @@ def _class_named(spec: str) -> Any:
             raise OperatorSpecError(f"operator {spec!r}: expected a built-in name or "
                                     "module:Class")
         try:
-            mod = importlib.import_module(module)
+            mod = _import(module)
         except ImportError as e:
             raise OperatorSpecError(f"operator {spec!r}: cannot import module {module!r} "
                                     f"({e})") from None
