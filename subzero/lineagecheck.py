@@ -95,6 +95,9 @@ class ModeCheck:
     runs: int = 0
     #: the share of the declared cells tried alone for tightness (1.0 unless over budget)
     influence_tried: float = 1.0
+    #: runs on changed inputs that raised (skipped), and the first error
+    failed_runs: int = 0
+    failure: str | None = None
 
     @property
     def unsound(self) -> list[CellCheck]:
@@ -144,6 +147,7 @@ class ModeCheck:
             "tightness": self.tightness, "worst": self.worst,
             "widest": None if w is None else w.to_json(),
             "runs": self.runs, "influence_tried": round(self.influence_tried, 4),
+            "failed_runs": self.failed_runs, "failure": self.failure,
             "cells": [c.to_json() for c in self.cells],
         }
 
@@ -201,6 +205,9 @@ class LineageCheck:
                            f"{ex.get('summary', 'cells outside its lineage')}")
             if m.disagreement_example:
                 out.append(f"    disagreement: {m.disagreement_example['summary']}")
+            if m.failed_runs:
+                out.append(f"    note: {m.failed_runs} run(s) on changed inputs raised and "
+                           f"were skipped ({m.failure})")
         return out
 
 
@@ -443,8 +450,16 @@ class _Runner:
     def __init__(self, op: Any, inputs: Sequence[np.ndarray], split: Any, rtol: float) -> None:
         self.op, self.inputs, self.split, self.rtol = op, list(inputs), split, rtol
         self.runs = 0
+        self.failed = 0  # runs on changed inputs that raised
+        self.failure: str | None = None
         self._base: dict[bool, np.ndarray] = {}
-        self.base = self._run(self.inputs, False)
+        try:
+            self.base = self._run(self.inputs, False)
+        except SubZeroError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the user's operator, named in one line
+            raise CheckError(f"operator {op.name!r} fails on its inputs: {type(e).__name__}: "
+                             f"{str(e).splitlines()[0] if str(e) else ''}") from None
 
     def _run(self, inputs: Sequence[np.ndarray], whole: bool) -> np.ndarray:
         self.runs += 1
@@ -453,16 +468,27 @@ class _Runner:
         return out
 
     def outputs(self, inputs: Sequence[np.ndarray], lin: np.ndarray,
-                whole: bool = False) -> np.ndarray:
-        return self._run(inputs, whole).reshape(-1)[lin]
+                whole: bool = False) -> np.ndarray | None:
+        """The outputs at ``lin``, or None when the operator raised on these inputs (counted
+        in ``failed``: a changed input it refuses tells nothing about its lineage)."""
+        try:
+            return self._run(inputs, whole).reshape(-1)[lin]
+        except Exception as e:  # noqa: BLE001 - the user's operator may reject NaN etc.
+            self.failed += 1
+            if self.failure is None:
+                self.failure = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            return None
 
     def changed(self, inputs: Sequence[np.ndarray], lin: np.ndarray,
                 whole: bool = False) -> np.ndarray:
-        """Bool per cell of ``lin``: its output differs from the unchanged run's."""
+        """Bool per cell of ``lin``: its output differs from the unchanged run's (all False
+        when the run raised)."""
         if whole not in self._base:
             self._base[whole] = self.base if not whole else self._run(self.inputs, True)
-        return ~_same(self._base[whole].reshape(-1)[lin], self.outputs(inputs, lin, whole),
-                      self.rtol)
+        got = self.outputs(inputs, lin, whole)
+        if got is None:
+            return np.zeros(len(lin), dtype=bool)
+        return ~_same(self._base[whole].reshape(-1)[lin], got, self.rtol)
 
 
 def _apply(inputs: Sequence[np.ndarray], variant: Sequence[np.ndarray],
@@ -503,7 +529,8 @@ def _example(runner: _Runner, variant: Sequence[np.ndarray], cell: tuple[int, ..
              lin: int) -> dict[str, Any]:
     cells = _shrink(runner, variant, lin)
     changed = _apply(runner.inputs, variant, cells)
-    after = runner.outputs(changed, np.array([lin]))[0]
+    got = runner.outputs(changed, np.array([lin]))
+    after = None if got is None else got[0]
     before = runner.base.reshape(-1)[lin]
     shown = []
     for i, c in cells[:8]:
@@ -533,7 +560,7 @@ def _check_mode(op: Any, runner: _Runner, lineage: _Lineage,
                 max_influence_runs: int) -> ModeCheck:
     rng = np.random.default_rng(seed)
     res = ModeCheck(lineage.mode)
-    before = runner.runs
+    before, failed_before = runner.runs, runner.failed
     inputs = runner.inputs
     shape = op.out_shape
     n_in = len(inputs)
@@ -557,6 +584,8 @@ def _check_mode(op: Any, runner: _Runner, lineage: _Lineage,
     _agreement(op, lineage, res, lins, lineages, rng)
     _influence(runner, res, lins, lineages, rng, max_influence_runs)
     res.runs = runner.runs - before
+    res.failed_runs = runner.failed - failed_before
+    res.failure = runner.failure if res.failed_runs else None
     return res
 
 

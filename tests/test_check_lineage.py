@@ -75,6 +75,49 @@ class OneWayShift(UDF):
         return frontier_in.copy()
 
 
+class RefusesNegative(UDF):
+    """Elementwise square root that refuses negative inputs (as a user's kernel may)."""
+
+    n_inputs = 1
+
+    def supported_modes(self):
+        return frozenset({Mode.MAP, Mode.BLACKBOX})
+
+    def run(self, ctx, x):
+        if (x < 0).any():
+            raise ValueError("negative input")
+        return np.sqrt(x)
+
+    def map_b(self, f, i):
+        return f.copy()
+
+    def map_f(self, f, i):
+        return f.copy()
+
+
+class AlwaysFails(RefusesNegative):
+    def run(self, ctx, x):
+        raise RuntimeError("kernel not implemented")
+
+
+def test_runs_the_operator_refuses_are_skipped_and_counted():
+    x = np.abs(np.random.default_rng(2).normal(size=(6, 6)))
+    rep = subzero.check_lineage(RefusesNegative(), inputs=[x], samples=6)
+    m = rep.mode("MAP")
+    assert rep.sound and m.failed_runs > 0 and "negative input" in m.failure
+    assert all(c.influential == 1 for c in m.cells)  # the other values still move it
+    assert any("raised and were skipped" in line for line in rep.lines())
+
+
+def test_an_operator_failing_on_its_own_inputs_is_named(capsys, tmp_path):
+    np.save(tmp_path / "x.npy", np.zeros((4, 4)))
+    code = main(["check-lineage", "tests.test_check_lineage:AlwaysFails", "--input",
+                 str(tmp_path / "x.npy")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "fails on its inputs: RuntimeError: kernel not implemented" in err
+
+
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
                                   for n in CHECKED])
 def test_every_builtin_and_shipped_udf_is_sound(name):
