@@ -91,6 +91,7 @@ CASES = [
     (["run", "example", "--input", "sky=/x.npy"], 2, "no input 'sky'"),
     (["run", "example", "--input", "image=/no/such.npy"], 2, "does not exist"),
     (["run", "example", "--input", "image={F}/adir"], 2, "directory"),
+    (["run", "example", "--input", "image=/dev/null"], 2, "not a regular file"),
     (["run", "example", "--input", "image={F}/empty.npy"], 2, "empty"),
     (["run", "example", "--input", "image={F}/obj.npy"], 2, "objects"),
     (["run", "example", "--input", "image={F}/str.npy"], 2, "dtype"),

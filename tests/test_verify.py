@@ -148,3 +148,27 @@ def test_verify_changes_nothing(intact):
     after = {p: p.stat().st_mtime_ns for p in intact.rglob("*") if p.is_file()
              and not p.name.startswith("catalog.sqlite")}
     assert before == after
+
+
+def test_damaged_workflow_file_is_named_by_verify_and_queries(home, capsys):
+    (home / "runs" / "r1" / "workflow.pkl").write_bytes(b"\x80\x05garbage")
+    code, doc = _verify(home, capsys)
+    assert code == 3
+    assert [p["what"] for p in doc["problems"]] == ["r1"]
+    assert "workflow file" in doc["problems"][0]["detail"]
+    capsys.readouterr()
+    assert main(["query", "r1", "--named", "BQ0", "--home", str(home)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "workflow file" in lines[0] and "subzero verify r1" in lines[0]
+
+
+def test_reading_commands_never_make_a_home(tmp_path, capsys):
+    for argv in (["query", "r1", "--named", "BQ0"], ["export", "r1", "x", str(tmp_path / "x.npy")],
+                 ["verify", "r1"], ["runs"], ["show", "r1"]):
+        capsys.readouterr()
+        assert main([*argv, "--home", str(tmp_path)]) == 2
+        assert "no SubZero home" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+    capsys.readouterr()
+    assert main(["query", "r1", "--named", "BQ0", "--home", str(tmp_path / "none")]) == 2
+    assert not (tmp_path / "none").exists()

@@ -105,8 +105,10 @@ def _check_file(path: str) -> Path:
     p = Path(path)
     if p.is_dir():
         raise StoreError(f"input {path} is a directory; expected a .npy or .fits file")
-    if not p.is_file():
+    if not p.exists():
         raise StoreError(f"input file {path} does not exist")
+    if not p.is_file():
+        raise StoreError(f"input {path} is not a regular file; expected a .npy or .fits file")
     try:
         size = p.stat().st_size
         with open(p, "rb"):

@@ -13,7 +13,7 @@ import numpy as np
 from subzero.engine import layout
 from subzero.engine.arrays import read_array
 from subzero.engine.catalog import Catalog
-from subzero.errors import StoreError, WorkflowError
+from subzero.errors import CatalogError, DamagedError, StoreError, WorkflowError
 from subzero.modes import Strategy
 from subzero.operator import Operator
 from subzero.workflow import Workflow
@@ -62,9 +62,34 @@ class LoadedRun:
         return tuple(self.arrays[name]["chunks"])
 
 
+def load_workflow(home: Path, rid: str) -> Workflow:
+    """Run ``rid``'s bound workflow (``workflow.pkl``), or a one-line error naming it when
+    it is missing or damaged."""
+    path = layout.workflow_path(home, rid)
+    try:
+        with open(path, "rb") as f:
+            wf = pickle.load(f)
+    except FileNotFoundError:
+        raise StoreError(f"run {rid} has lost its workflow file {path}") from None
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
+            ImportError, IndexError, KeyError, OSError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise DamagedError(f"run {rid}'s workflow file {path} cannot be read ({msg}); run "
+                           f"'subzero verify {rid}'") from None
+    if not isinstance(wf, Workflow):
+        raise DamagedError(f"run {rid}'s workflow file {path} holds a {type(wf).__name__}, "
+                           f"not a workflow; run 'subzero verify {rid}'")
+    return wf
+
+
 def load_run(home: str | os.PathLike | None, rid: str, catalog: Catalog | None = None,
              require_complete: bool = True) -> LoadedRun:
     home = layout.resolve_home(home)
+    if catalog is None and not layout.catalog_path(home).exists() and (
+            home.is_dir() or not home.exists()):
+        # a reading command never makes a home where there was none
+        raise CatalogError(f"no SubZero home at {home} (no {layout.CATALOG}; run a workflow "
+                           "first, or pass --home)")
     cat = catalog or Catalog(layout.catalog_path(home))
     requested = rid
     try:
@@ -76,12 +101,7 @@ def load_run(home: str | os.PathLike | None, rid: str, catalog: Catalog | None =
                 + (f" ({info['error']})" if info.get("error") else "")
                 + "; only complete runs can be queried"
             )
-        path = layout.workflow_path(home, rid)
-        try:
-            with open(path, "rb") as f:
-                wf = pickle.load(f)
-        except FileNotFoundError:
-            raise StoreError(f"run {rid} has lost its workflow file {path}") from None
+        wf = load_workflow(home, rid)
         wf.validate()
         return LoadedRun(home, rid, info, wf, cat.arrays(rid), cat.operators(rid), requested)
     finally:

@@ -34,6 +34,7 @@ from encoders.lookup import open_shard
 from encoders.store import BLOBS, LmdbShard, check_shard_files, read_meta
 from subzero.engine import arrays, layout
 from subzero.engine.catalog import Catalog
+from subzero.engine.runs import load_workflow
 from subzero.errors import CatalogError, StoreError
 
 #: what a damaged file raises while it is read
@@ -176,9 +177,15 @@ def _check_catalog(home: Path, rid: str, info: dict[str, Any], shard_rows: list[
     if not run_dir.is_dir():
         report.problems.append(Problem("catalog", rid, f"the run's folder is missing ({run_dir})"))
         return
-    if info["status"] == "complete" and not layout.workflow_path(home, rid).is_file():
-        report.problems.append(Problem("catalog", rid, "its bound workflow (workflow.pkl) is "
-                                       "missing: re-execution cannot run"))
+    if info["status"] == "complete":
+        if not layout.workflow_path(home, rid).is_file():
+            report.problems.append(Problem("catalog", rid, "its bound workflow (workflow.pkl) "
+                                           "is missing: re-execution cannot run"))
+        else:
+            try:
+                load_workflow(home, rid)
+            except StoreError as e:
+                report.problems.append(Problem("catalog", rid, str(e).split("; run")[0]))
     listed = {os.path.normpath(home / r["path"]) for r in shard_rows}
     lineage = run_dir / "lineage"
     if lineage.is_dir():
