@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import os
-import sqlite3
 import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -33,6 +32,7 @@ from subzero.lineagecheck import LineageCheck, check_operator
 from subzero.testing import bind
 from subzero.frontier import start_frontier
 from subzero.query import LineageResult, QueryExecutor
+from subzero.query.named import choose_all, start_cells
 from subzero.workflow import Workflow
 from workflows.checkable import default_inputs, resolve
 
@@ -163,41 +163,19 @@ class Run:
 
     def named_query_cells(self, name: str) -> Any:
         """The cells a named query starts from (chosen from this run's data with the
-        workflow's seed)."""
-        q = self.workflow.queries.get(name)
-        if q is None:
-            known = ", ".join(self.workflow.queries) or "none"
-            raise SubZeroError(f"workflow {self.workflow.name!r} has no named query {name!r} "
-                               f"(named queries: {known})")
+        workflow's seed, once: they are kept in the catalog)."""
         cat = Catalog(layout.catalog_path(self.home))
         try:
-            cached = cat.named_cells(self.id, name)
-            if cached is not None:
-                return cached
-            cells = q.cells(self)
-            if isinstance(cells, np.ndarray):  # chosen from arrays: worth remembering
-                _remember(cat, self.id, {name: cells})
-            return cells
+            return start_cells(self, self.id, name, cat)
         finally:
             cat.close()
 
     def choose_named_cells(self) -> None:
         """Choose (and remember in the catalog) the start cells of every named query that
-        picks them from the run's arrays, so that a later one-shot query reads no array.
-        A query with nothing to trace is left to say so when it is asked."""
+        picks them from the run's arrays, so that a later one-shot query reads no array."""
         cat = Catalog(layout.catalog_path(self.home))
         try:
-            chosen = {}
-            for name, q in self.workflow.queries.items():
-                if cat.named_cells(self.id, name) is not None:
-                    continue
-                try:
-                    cells = q.cells(self)
-                except SubZeroError:
-                    continue
-                if isinstance(cells, np.ndarray):
-                    chosen[name] = cells
-            _remember(cat, self.id, chosen)
+            choose_all(self, self.id, cat)
         finally:
             cat.close()
 
@@ -252,15 +230,6 @@ class Run:
         out = Run(load_run(self.home, res.run), requested=res.run)
         out.replayed = res
         return out
-
-
-def _remember(cat: Catalog, rid: str, cells: dict[str, np.ndarray]) -> None:
-    """Cache named queries' start cells; a home this process cannot write (read-only, a
-    busy catalog) just goes without the cache."""
-    try:
-        cat.set_named_cells(rid, cells)
-    except (sqlite3.Error, OSError):
-        pass
 
 
 def say(line: str) -> None:

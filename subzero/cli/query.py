@@ -8,13 +8,14 @@ from typing import Any
 
 import numpy as np
 
-from subzero.api import Run
 from subzero.cells import Box
 from subzero.cli.common import (IMAGE_SUFFIXES, check_output, emit_json, parse_cells_text,
                                 parse_path, table, write_failed)
 from subzero.cli.render import cells_phrase, inputs_origin, lineage_legend, render_mask
 from subzero.engine.runs import load_run
 from subzero.errors import QueryError
+from subzero.query import QueryExecutor
+from subzero.query.named import named_query, start_cells
 
 
 def _cells(args: argparse.Namespace, shape: tuple[int, ...]) -> Any:
@@ -54,12 +55,15 @@ def _check_args(args: argparse.Namespace) -> None:
 def cmd_query(args: argparse.Namespace) -> int:
     _check_args(args)
     path = parse_path(args.path) if args.path else None  # a bad path fails before any I/O
-    run = Run(load_run(args.home, args.run))
+    run = load_run(args.home, args.run)
+    qx = QueryExecutor(run)
     if args.named:
         if any(x is not None for x in (args.direction, args.from_, args.to, args.path,
                                        args.cells, args.cells_file, args.box)):
             raise QueryError("--named takes no direction, --from, --to, --path or cells")
-        res = run.named_query(args.named, args.method)
+        q = named_query(run.workflow, args.named)
+        cells = start_cells(run, run.id, args.named, qx.catalog)
+        res = qx.query(q.direction, cells, q.start, q.path, q.to, args.method)
     else:
         if args.direction not in ("backward", "forward"):
             raise QueryError("give a direction (backward or forward), or --named NAME")
@@ -67,7 +71,6 @@ def cmd_query(args: argparse.Namespace) -> int:
             raise QueryError("--from NAME is required: the array holding the query cells")
         if (args.to is None) == (args.path is None):
             raise QueryError("give exactly one of --to NAME or --path op:idx,...")
-        qx = run.query_executor()
         qx.check_array(args.from_)
         cells = _cells(args, run.workflow.array_shape(args.from_))
         res = qx.query(args.direction, cells, args.from_, path, args.to, args.method)
@@ -77,7 +80,7 @@ def cmd_query(args: argparse.Namespace) -> int:
         except OSError as e:
             raise write_failed("--out", args.out, e) from None
     if args.png:
-        origin = inputs_origin(run.loaded.info.get("params"))
+        origin = inputs_origin(run.info.get("params"))
         about = ", ".join(filter(None, (run.workflow.name, origin)))
         render_mask(run.array(res.array), res.mask, args.png,
                     f"run {run.id} ({about}): {res.direction} lineage in {res.array}",
