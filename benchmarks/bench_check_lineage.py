@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The lineage checker's table: is every built-in and shipped UDF sound, and how tight?
 
-    python benchmarks/bench_check_lineage.py [--quick] [--out FILE.json]
+    python benchmarks/bench_check_lineage.py [--quick] [--queries] [--out FILE.json]
 
 1. **Every built-in and shipped UDF** (``workflows.checkable.CHECKED``) through
    ``subzero.check_lineage`` on its default inputs (seed 0): per lineage mode, sound or not,
@@ -13,12 +13,18 @@
    lineage covers, and for a sample of each kind the declared cells now and before this
    change (the 13 x 13 box), the influential cells (the checker on a 40 x 40 crop around
    the pixel, COMP mode) and soundness.
+3. With ``--queries`` (Spark, real exposures): what the tighter lineage does to queries
+   through ``cr`` in a ``subzero`` run: BQ0/BQ2 (backward through ``cr1``/``cr2``), every
+   flagged pixel of ``cr1`` one step back, and a 200 x 200 box of ``rmbg1`` forward to
+   ``cr1``: cells and the fastest of 15 warm calls (the machine is shared).
 """
 
 from __future__ import annotations
 
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,6 +34,8 @@ from _common import emit, parser  # noqa: E402
 import numpy as np  # noqa: E402
 
 import subzero  # noqa: E402
+from subzero.cells import Box  # noqa: E402
+from subzero.engine.spark import get_spark  # noqa: E402
 from workflows.astro_data import (EXPOSURE_FILES, SKY, data_dir, load_exposure,  # noqa: E402
                                   subtract_background)
 from workflows.astro_udfs import (CR_RADIUS, SP_RADIUS, CosmicRayDetect, cr_cell_masks,  # noqa
@@ -156,14 +164,58 @@ def bench_real(per_kind: int) -> dict | None:
     return out
 
 
+def bench_queries() -> dict | None:
+    root = data_dir()
+    if root is None or not all((root / f).exists() for f in EXPOSURE_FILES):
+        return None
+    home = Path(tempfile.mkdtemp(prefix="bench-check-lineage-"))
+    try:
+        get_spark("local[2]", home / "logs")
+        run = subzero.Home(home).run("astronomy", strategy="subzero", quiet=True, data="real")
+        flagged = np.argwhere(run.array("cr1"))
+        queries = {
+            "BQ0": lambda c=run.named_query_cells("BQ0"): run.named_query("BQ0", cells=c),
+            "BQ2": lambda c=run.named_query_cells("BQ2"): run.named_query("BQ2", cells=c),
+            "cr1 flagged, one step back": lambda: run.backward(flagged, start="cr1",
+                                                               path=[("cr1", 0)]),
+            "rmbg1 200x200 forward to cr1": lambda: run.forward(
+                Box((500, 100), (700, 300)), start="rmbg1", path=[("cr1", 0)]),
+        }
+        out = {}
+        for name, fn in queries.items():
+            fn()
+            times = []
+            for _ in range(15):
+                t = time.perf_counter()
+                res = fn()
+                times.append(time.perf_counter() - t)
+            out[name] = {"cells": int(res.count), "fastest_ms": round(1000 * min(times), 2)}
+            print(f"query {name}: {res.count} cells, {1000 * min(times):.2f} ms",
+                  file=sys.stderr)
+        return out
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def main() -> None:
     p = parser(__doc__.splitlines()[1])
+    p.add_argument("--queries", action="store_true",
+                   help="also time queries through cr on a real run (starts Spark)")
     args = p.parse_args()
     doc: dict = {"benchmark": "check_lineage", "quick": args.quick,
-                 "command": "python benchmarks/bench_check_lineage.py --out "
+                 "command": "python benchmarks/bench_check_lineage.py --queries --out "
                             "benchmarks/results/check_lineage.json"}
     doc["table"] = bench_table(12 if args.quick else 24)
     doc["real_cosmic_rays"] = bench_real(3 if args.quick else 8)
+    if args.queries:
+        doc["queries"] = bench_queries()
+        # the same section at 825969d (the 13 x 13 box for every candidate), for comparison
+        doc["queries_before"] = {"BQ0": {"cells": 1690, "fastest_ms": 1.49},
+                                 "BQ2": {"cells": 1690, "fastest_ms": 1.43},
+                                 "cr1 flagged, one step back": {"cells": 21635,
+                                                                "fastest_ms": 1.89},
+                                 "rmbg1 200x200 forward to cr1": {"cells": 40014,
+                                                                  "fastest_ms": 2.08}}
     emit(doc, args.out)
 
 

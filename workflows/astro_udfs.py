@@ -710,10 +710,25 @@ def _path_centres(outcells: np.ndarray, payload: bytes) -> tuple[int, list[np.nd
 def _path_cells(outcells: np.ndarray, payload: bytes, shape: Shape) -> np.ndarray:
     """The cells a :func:`cr_payloads` payload names around each of ``outcells``, linear:
     the cell mask's, or the union of the path's boxes."""
+    few = len(outcells) <= _FEW  # a query maps each distinct payload once: keep it cheap
     if len(payload) and payload[0] == TAG_CELLS:
-        lin, ok = _mask_cells(outcells, _decode_mask(payload), shape)
+        mask = _decode_mask(payload)
+        if few:
+            h, w = shape
+            got = {(y + dy) * w + x + dx for y, x in np.asarray(outcells).reshape(-1, 2).tolist()
+                   for dy, dx in _mask_steps(mask) if 0 <= y + dy < h and 0 <= x + dx < w}
+            return np.array(sorted(got), dtype=np.uint64)
+        lin, ok = _mask_cells(outcells, mask, shape)
         return np.unique(lin[ok]).astype(np.uint64)
     radius, centres = _path_centres(outcells, payload)
+    if few:
+        h, w = shape
+        boxes = {(max(y - radius, 0), min(y + radius + 1, h), max(x - radius, 0),
+                  min(x + radius + 1, w)) for c in centres for y, x in c.tolist()}
+        parts = [np.add.outer(np.arange(y0, y1) * w, np.arange(x0, x1)).reshape(-1)
+                 for y0, y1, x0, x1 in boxes]
+        lin = parts[0] if len(parts) == 1 else np.unique(np.concatenate(parts))
+        return lin.astype(np.uint64)
     parts = [as_linear(_radius_cells(c, radius, shape), shape) for c in centres]
     return np.unique(np.concatenate(parts))
 

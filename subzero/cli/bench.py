@@ -12,7 +12,7 @@ from subzero.cli.common import check_output
 from subzero.errors import SubZeroError
 
 BENCHMARKS = ("astronomy", "genomics", "encoders", "query", "executor", "optimizer", "scale",
-              "serve")
+              "serve", "check_lineage")
 
 
 def benchmarks_dir() -> Path:
