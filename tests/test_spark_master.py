@@ -104,7 +104,7 @@ def test_cli_master_that_never_answers_fails_in_bounded_time(tmp_path):
     try:
         t0 = time.monotonic()
         p = run_cli("run", "example", "--param", "shape=20x10", "--home", str(tmp_path / "h"),
-                    "--master", url, env={"SUBZERO_EXECUTOR_WAIT": "5"}, timeout=120)
+                    "--master", url, env={"SUBZERO_REGISTER_WAIT": "5"}, timeout=120)
         elapsed = time.monotonic() - t0
     finally:
         srv.close()

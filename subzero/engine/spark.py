@@ -5,7 +5,8 @@ tried up to 4 times) unless ``--master`` or ``$SUBZERO_SPARK_MASTER`` says other
 master given explicitly is used as given (``local[2]`` tries each task once, as Spark does).
 A malformed master is a :class:`SparkError` naming it and the forms expected. A
 ``spark://`` master must take a TCP connection within 5 s (checked before any JVM starts),
-accept the application within 10 s and give it an executor within ``$SUBZERO_EXECUTOR_WAIT``
+accept the application within ``$SUBZERO_REGISTER_WAIT`` seconds (default 20) and give it an
+executor within ``$SUBZERO_EXECUTOR_WAIT``
 seconds (default 20); otherwise :class:`SparkError` says so in one line naming the URL.
 
 Jobs are scheduled FAIR (``fairscheduler.xml`` next to this module: the ``default`` pool
@@ -40,7 +41,9 @@ CLUSTER_MAX_FAILURES = 4
 #: seconds to wait for a ``spark://`` master's first executor ($SUBZERO_EXECUTOR_WAIT)
 EXECUTOR_WAIT_S = 20.0
 #: seconds to wait for a ``spark://`` master to accept the application
-REGISTER_WAIT_S = 10.0
+#: ($SUBZERO_REGISTER_WAIT; not tied to the executor wait: a live master on a busy machine
+#: may take several seconds to accept, and that is not the missing worker it must name)
+REGISTER_WAIT_S = 20.0
 #: seconds to wait for a TCP connection to a ``spark://`` master before starting the JVM
 CONNECT_TIMEOUT_S = 5.0
 MASTER_FORMS = ("local, local[N], local[N,F] (N threads or *, F tries per task), "
@@ -173,12 +176,16 @@ def java_version() -> int:
     return major
 
 
-def _executor_wait() -> float:
+def _wait(var: str, default: float) -> float:
+    """Seconds from environment variable ``var`` (``default`` when unset)."""
     try:
-        return float(os.environ.get("SUBZERO_EXECUTOR_WAIT", EXECUTOR_WAIT_S))
+        return float(os.environ.get(var, default))
     except ValueError:
-        raise SparkError(f"SUBZERO_EXECUTOR_WAIT={os.environ['SUBZERO_EXECUTOR_WAIT']!r}: "
-                         "expected a number of seconds") from None
+        raise SparkError(f"{var}={os.environ[var]!r}: expected a number of seconds") from None
+
+
+def _executor_wait() -> float:
+    return _wait("SUBZERO_EXECUTOR_WAIT", EXECUTOR_WAIT_S)
 
 
 def executor_count(sc: Any) -> int:
@@ -204,12 +211,12 @@ def _start_context(context_cls: Any, conf: Any, gateway: Any, master: str, log: 
 
     Spark's standalone client blocks the constructor until the master accepts the
     application, retrying for a minute if it never answers (a port that is not a Spark
-    master, a master that is stuck); past ``min(10, $SUBZERO_EXECUTOR_WAIT)`` seconds the
+    master, a master that is stuck); past ``$SUBZERO_REGISTER_WAIT`` (20) seconds the
     gateway JVM is killed, which ends the wait, and :class:`SparkError` names the master.
     """
     if not master.startswith("spark://"):
         return context_cls(conf=conf, gateway=gateway)
-    wait = min(REGISTER_WAIT_S, _executor_wait())
+    wait = _wait("SUBZERO_REGISTER_WAIT", REGISTER_WAIT_S)
     expired = threading.Event()
 
     def give_up() -> None:
