@@ -364,7 +364,8 @@ def test_replay_on_spark_equals_replay_on_the_driver(parents, monkeypatch):
     background, an operator's tiles on two threads at once)."""
     import subzero.engine.replay as rp
 
-    monkeypatch.setattr(rp, "THREAD_CELLS", 1)  # every operator with 2+ tiles on threads
+    monkeypatch.setattr(rp, "COMPUTE", 2)  # every operator with 2+ tiles on threads
+    monkeypatch.setattr(rp, "THREAD_CELLS", 1)
     run = parents("astronomy")
     box = Box((38, 46), (42, 50))
     here = run.replay("exp1", box, value=9000, where="driver", quiet=True)
