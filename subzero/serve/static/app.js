@@ -289,7 +289,10 @@ function drawOverlay() {
   const px = Math.max(1, Math.round(Math.min(v.s, 2)));  // a cell stays visible zoomed out
   if (ov && ov.runs) {
     const W = ov.view[1];
-    ctx.fillStyle = "rgba(255, 40, 30, 0.75)";
+    // opaque enough to find a few cells; see-through when the lineage covers much of the
+    // array, so that the image under it still shows
+    const size = ov.view[0] * ov.view[1];
+    ctx.fillStyle = `rgba(255, 40, 30, ${ov.count > size / 4 ? 0.4 : 0.75})`;
     // cells [c0, c1) of rows [r0, r1), on whole pixels (no seams between rows)
     const rect = (r0, r1, c0, c1) => {
       const x0 = Math.floor(v.ox + c0 * v.s), y0 = Math.floor(v.oy + r0 * v.s);
