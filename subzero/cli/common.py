@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from subzero.cells import Box
 from subzero.errors import CellError, QueryError, SubZeroError
 from subzero.jsonio import json_default
 
@@ -162,3 +163,32 @@ def _writable(p: Path) -> bool:
 def write_failed(flag: str, path: str | os.PathLike, e: OSError) -> CliError:
     """The one-line error of an output that failed while being written."""
     return CliError(f"{flag} {path}: could not write it ({e.strerror or e})")
+
+
+def load_npy(path: str, flag: str, expected: str) -> np.ndarray:
+    """The array in the ``.npy`` file ``path`` given as ``flag``; a folder, a missing or
+    empty file, or one that is not a ``.npy`` array is one line naming it."""
+    p = Path(path)
+    if p.is_dir():
+        raise CliError(f"{flag} {p} is a folder; expected a .npy file of {expected}")
+    if not p.exists():
+        raise CliError(f"{flag} {p}: no such file")
+    if p.stat().st_size == 0:
+        raise CliError(f"{flag} {p} is empty; expected a .npy file of {expected}")
+    try:
+        return np.load(p, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise CliError(f"{flag} {p}: not a .npy array ({msg})") from None
+
+
+def cells_from_args(args: argparse.Namespace, shape: Sequence[int]) -> Any:
+    """Cells given as exactly one of ``--cells``, ``--box`` or ``--cells-file``."""
+    given = [x for x in (args.cells, args.cells_file, args.box) if x]
+    if len(given) != 1:
+        raise CliError("give exactly one of --cells, --cells-file or --box")
+    if args.cells:
+        return parse_cells_text(args.cells, shape)
+    if args.box:
+        return Box.parse(args.box, shape)
+    return load_npy(args.cells_file, "--cells-file", "cells or a bool mask")

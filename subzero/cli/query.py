@@ -3,41 +3,17 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from subzero.cells import Box
-from subzero.cli.common import (IMAGE_SUFFIXES, check_output, emit_json, parse_cells_text,
+from subzero.cli.common import (IMAGE_SUFFIXES, cells_from_args, check_output, emit_json,
                                 parse_path, table, write_failed)
 from subzero.cli.render import cells_phrase, inputs_origin, lineage_legend, render_mask
 from subzero.engine.runs import load_run
 from subzero.errors import QueryError
 from subzero.query import QueryExecutor
 from subzero.query.named import named_query, start_cells
-
-
-def _cells(args: argparse.Namespace, shape: tuple[int, ...]) -> Any:
-    given = [x for x in (args.cells, args.cells_file, args.box) if x]
-    if len(given) != 1:
-        raise QueryError("give exactly one of --cells, --cells-file or --box")
-    if args.cells:
-        return parse_cells_text(args.cells, shape)
-    if args.box:
-        return Box.parse(args.box, shape)
-    p = Path(args.cells_file)
-    if p.is_dir():
-        raise QueryError(f"--cells-file {p} is a folder; expected a .npy file")
-    if not p.exists():
-        raise QueryError(f"--cells-file {p}: no such file")
-    if p.stat().st_size == 0:
-        raise QueryError(f"--cells-file {p} is empty; expected a .npy of cells or a bool mask")
-    try:
-        return np.load(p, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as e:
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise QueryError(f"--cells-file {p}: not a .npy array ({msg})") from None
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -72,7 +48,7 @@ def cmd_query(args: argparse.Namespace) -> int:
         if (args.to is None) == (args.path is None):
             raise QueryError("give exactly one of --to NAME or --path op:idx,...")
         qx.check_array(args.from_)
-        cells = _cells(args, run.workflow.array_shape(args.from_))
+        cells = cells_from_args(args, run.workflow.array_shape(args.from_))
         res = qx.query(args.direction, cells, args.from_, path, args.to, args.method)
     if args.out:
         try:

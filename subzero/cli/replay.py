@@ -9,50 +9,16 @@ recomputed against a full re-run.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from subzero.api import Run
-from subzero.cells import Box
-from subzero.cli.common import emit_json, parse_cells_text, table
+from subzero.cli.common import cells_from_args, emit_json, load_npy, table
 from subzero.engine import layout
 from subzero.engine.catalog import Catalog
 from subzero.engine.replay import ReplayResult, check_replay, check_status, replay_values
 from subzero.engine.runs import load_run
 from subzero.errors import ReplayError
 from subzero.frontier import start_frontier
-
-
-def _cells(args: argparse.Namespace, shape: tuple[int, ...]) -> Any:
-    """The cells to change: ``--cells``, ``--box`` or ``--cells-file`` (exactly one)."""
-    given = [x for x in (args.cells, args.cells_file, args.box) if x]
-    if len(given) != 1:
-        raise ReplayError("give exactly one of --cells, --cells-file or --box")
-    if args.cells:
-        return parse_cells_text(args.cells, shape)
-    if args.box:
-        return Box.parse(args.box, shape)
-    p = Path(args.cells_file)
-    if not p.exists():
-        raise ReplayError(f"--cells-file {p}: no such file")
-    try:
-        return np.load(p, allow_pickle=False)
-    except ValueError as e:
-        raise ReplayError(f"--cells-file {p}: not a .npy array ({e})") from None
-
-
-def _values(args: argparse.Namespace) -> np.ndarray | None:
-    if args.values is None:
-        return None
-    p = Path(args.values)
-    if not p.exists():
-        raise ReplayError(f"--values {p}: no such file")
-    try:
-        return np.load(p, allow_pickle=False)
-    except ValueError as e:
-        raise ReplayError(f"--values {p}: not a .npy array ({e})") from None
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -72,11 +38,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     check_replay(loaded, args.from_, args.to)
     run = Run(loaded, requested=args.run)
     wf = run.workflow
-    cells = _cells(args, wf.array_shape(args.from_))
+    cells = cells_from_args(args, wf.array_shape(args.from_))
     mask = start_frontier(wf.array_shape(args.from_), cells).mask
     dtype = (wf.inputs[args.from_].dtype if args.from_ in wf.inputs
              else wf.ops[args.from_].out_dtype)
-    values = _values(args)
+    values = None if args.values is None else load_npy(args.values, "--values",
+                                                       "one value per cell")
     # checked here too, so that a bad value fails before the derived run exists
     replay_values(args.from_, dtype, int(mask.sum()), value=args.set, values=values,
                   nan=args.nan)
