@@ -181,6 +181,20 @@ class Operator(ABC):
         ``payload``) depend on, in any form :func:`subzero.cells.as_linear` takes."""
         raise ModeError(f"operator {self.name!r} has no payload function")
 
+    def map_p_rows(self, outcells: np.ndarray, payloads: np.ndarray, i: int
+                   ) -> np.ndarray | None:
+        """:meth:`map_p` of many payloads at once: ``payloads`` is ``(n, width)`` uint8, one
+        fixed-width payload per row of ``outcells``; returns the union of their input-``i``
+        lineage as linear indices, or None when the operator has no such batch form (the
+        default: a query then calls :meth:`map_p` once per distinct payload)."""
+        return None
+
+    def map_p_rows_hits(self, outcells: np.ndarray, payloads: np.ndarray, i: int,
+                        frontier_in: np.ndarray) -> np.ndarray | None:
+        """:meth:`map_p_hits` of many payloads at once (rows as in :meth:`map_p_rows`):
+        which rows' lineage meets ``frontier_in``, or None without a batch form."""
+        return None
+
     def map_p_hits(self, outcells: np.ndarray, payload: bytes, i: int,
                    frontier_in: np.ndarray) -> np.ndarray:
         """Forward test of payload lineage: which of ``outcells`` (``(n, ndim)``, all sharing

@@ -667,12 +667,16 @@ def cr_lineage(cells: np.ndarray, paths: np.ndarray, masks: np.ndarray, shape: S
     for radius in np.unique(paths[~has, 0]):
         rows = np.flatnonzero(~has & (paths[:, 0] == radius))
         centre = cells[rows].astype(np.int64)
-        for k in range(3):
+        moved = np.ones(len(rows), dtype=bool)
+        for k in range(paths.shape[1]):  # the radius, then each step
             if k:
                 step = paths[rows, k].astype(np.int64)
                 centre = centre + np.stack([step // 3 - 1, step % 3 - 1], axis=1)
-            boxes = box_neighbours(centre, (int(radius),) * 2, shape)
-            keys.append(rows[boxes.row_ids()].astype(np.int64) * size
+                moved = step != 4  # a stay (code 4) repeats the box before it
+                if not moved.any():
+                    continue
+            boxes = box_neighbours(centre[moved], (int(radius),) * 2, shape)
+            keys.append(rows[moved][boxes.row_ids()].astype(np.int64) * size
                         + boxes.values.astype(np.int64))
     rows = np.flatnonzero(has)
     if len(rows):
@@ -731,6 +735,53 @@ def _path_cells(outcells: np.ndarray, payload: bytes, shape: Shape) -> np.ndarra
         return lin.astype(np.uint64)
     parts = [as_linear(_radius_cells(c, radius, shape), shape) for c in centres]
     return np.unique(np.concatenate(parts))
+
+
+def _rows_lineage(outcells: np.ndarray, rows: np.ndarray, shape: Shape) -> Ragged | None:
+    """Per row of ``outcells``, the input cells its 5-byte payload row names (a cell mask,
+    or a radius and 4 steps), sorted linear: :func:`cr_lineage` over decoded payloads, all
+    at once. None for payloads of another width (older runs' 1-byte radii)."""
+    rows = np.asarray(rows, dtype=np.uint8)
+    if rows.ndim != 2 or rows.shape[1] != 5:
+        return None
+    is_mask = rows[:, 0] == TAG_CELLS
+    bad = ~is_mask & (rows[:, 1:] > 8).any(axis=1)
+    if bad.any():
+        raise CellError(f"expected a cosmic-ray path payload (a radius and up to 4 steps). "
+                        f"Got {rows[np.argmax(bad)].tobytes()!r}.")
+    masks = np.where(is_mask, rows[:, 1:].astype(np.int64) @ (256 ** np.arange(4)), 0)
+    paths = rows.astype(np.int64)
+    paths[is_mask] = 0
+    cells = np.asarray(outcells, dtype=np.int64).reshape(-1, 2)
+    some = ~(is_mask & (masks == 0))  # an empty cell mask names no cell (not a radius 0)
+    if some.all():
+        return cr_lineage(cells, paths, masks, shape)
+    rag = cr_lineage(cells[some], paths[some], masks[some], shape)
+    lengths = np.zeros(len(cells), dtype=np.int64)
+    lengths[some] = rag.lengths
+    return Ragged.from_lengths(rag.values, lengths)
+
+
+def _rows_hits(outcells: np.ndarray, rows: np.ndarray, frontier_in: np.ndarray
+               ) -> np.ndarray | None:
+    """Which rows' payload lineage meets ``frontier_in``: only rows whose cell lies within
+    the farthest reach of a payload (the largest radius plus 4 steps) of the frontier are
+    decoded."""
+    rows = np.asarray(rows, dtype=np.uint8)
+    if rows.ndim != 2 or rows.shape[1] != 5:
+        return None
+    outcells = np.asarray(outcells, dtype=np.int64).reshape(-1, 2)
+    shape = frontier_in.shape
+    paths = rows[:, 0] != TAG_CELLS
+    reach = max(2, int(rows[paths, 0].max()) + 4 if paths.any() else 2)
+    near = dilate(frontier_in, reach)[outcells[:, 0], outcells[:, 1]]
+    hits = np.zeros(len(outcells), dtype=bool)
+    idx = np.flatnonzero(near)
+    if len(idx):
+        rag = _rows_lineage(outcells[idx], rows[idx], shape)
+        meet = frontier_in.reshape(-1)[rag.values.astype(np.intp)]
+        hits[idx] = np.bincount(rag.row_ids(), weights=meet, minlength=len(idx)) > 0
+    return hits
 
 
 def _path_hits(outcells: np.ndarray, payload: bytes, frontier_in: np.ndarray) -> np.ndarray:
@@ -802,6 +853,15 @@ class _PathPayload:
     def map_p_hits(self, outcells: np.ndarray, payload: bytes, i: int,
                    frontier_in: np.ndarray) -> np.ndarray:
         return _path_hits(outcells, payload, frontier_in)
+
+    def map_p_rows(self, outcells: np.ndarray, payloads: np.ndarray, i: int
+                   ) -> np.ndarray | None:
+        rag = _rows_lineage(outcells, payloads, self.in_shapes[i])
+        return None if rag is None else np.unique(rag.values)
+
+    def map_p_rows_hits(self, outcells: np.ndarray, payloads: np.ndarray, i: int,
+                        frontier_in: np.ndarray) -> np.ndarray | None:
+        return _rows_hits(outcells, payloads, frontier_in)
 
 
 class CosmicRayDetect(_PathPayload, _IdentityDefault, UDF):

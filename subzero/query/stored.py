@@ -169,16 +169,31 @@ def group_by_payload(pairs: PairBatch | None) -> list[tuple[bytes, np.ndarray]]:
     return out
 
 
+def _fixed_rows(pairs: PairBatch | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """Payload pairs as ``(payload per output cell (n, width) uint8, output linear
+    indices)`` when every payload has one width (else None)."""
+    if pairs is None or not len(pairs):
+        return None
+    lens = pairs.payload.lengths
+    if not (lens == lens[0]).all() or int(lens[0]) == 0:
+        return None
+    rows = pairs.payload.values.reshape(len(pairs), int(lens[0]))
+    return rows[pairs.out.row_ids()], pairs.out.values
+
+
 def _payload_backward_lin(readers: Sequence[ShardReader], op: Operator, i: int,
                           front: Frontier, composite: bool, deadline: float | None
                           ) -> Frontier | None:
     """:func:`read_payload` backward for a sparse frontier, on linear indices only (no
     mask of either array); None when the operator's default mapping needs the mask."""
     in_shape, out_shape = op.in_shapes[i], op.out_shape
-    groups = group_by_payload(_payload_pairs(readers, front.lin, front, deadline))
-    parts = []
+    pairs = _payload_pairs(readers, front.lin, front, deadline)
+    batch = _payload_rows(op, i, pairs, out_shape)
+    groups = [] if batch is not None else group_by_payload(pairs)
+    parts = [] if batch is None else [batch[0]]
     if composite:  # the mapping default for the cells that stored no payload
-        have = (np.concatenate([outs for _, outs in groups]).astype(np.uint64) if groups
+        have = (batch[1] if batch is not None else
+                np.concatenate([outs for _, outs in groups]).astype(np.uint64) if groups
                 else np.empty(0, np.uint64))
         rest = np.setdiff1d(front.lin, have)
         if len(rest):
@@ -194,6 +209,22 @@ def _payload_backward_lin(readers: Sequence[ShardReader], op: Operator, i: int,
     return Frontier(in_shape, lin=lin)
 
 
+def _payload_rows(op: Operator, i: int, pairs: PairBatch | None, out_shape: tuple
+                  ) -> tuple[np.ndarray, np.ndarray] | None:
+    """Backward payload lineage of every pair in one vectorized call, when the operator
+    has a batch form (:meth:`~subzero.operator.Operator.map_p_rows`) and the payloads one
+    width: ``(input linear indices, output linear indices covered)``; else None."""
+    fixed = _fixed_rows(pairs)
+    if fixed is None:
+        return None
+    rows, outs = fixed
+    got = op.map_p_rows(to_coords(outs, out_shape), rows, i)
+    if got is None:
+        return None
+    return (np.asarray(got).astype(np.uint64, copy=False),
+            np.asarray(outs).astype(np.uint64, copy=False))
+
+
 def read_payload(readers: Sequence[ShardReader], op: Operator, i: int, backward: bool,
                  front: Frontier, composite: bool, deadline: float | None) -> Frontier:
     """Payload (or, ``composite``, Comp) lineage of the frontier through input ``i``."""
@@ -204,19 +235,25 @@ def read_payload(readers: Sequence[ShardReader], op: Operator, i: int, backward:
             return got
     f = front.mask
     if backward:
-        groups = group_by_payload(_payload_pairs(readers, front.lin, front, deadline))
+        pairs = _payload_pairs(readers, front.lin, front, deadline)
+        batch = _payload_rows(op, i, pairs, out_shape)
+        groups = [] if batch is not None else group_by_payload(pairs)
         res = None
         if composite:  # the mapping default for the cells that stored no payload
             rest = f.copy()
+            if batch is not None:
+                rest.reshape(-1)[batch[1].astype(np.intp)] = False
             for _, outs in groups:
                 rest.reshape(-1)[outs.astype(np.intp)] = False
-            if not groups or rest.any():
+            if not (groups or batch is not None) or rest.any():
                 res = np.asarray(op.map_b(rest, i), dtype=bool)
                 if not res.flags.writeable:
                     res = res.copy()
         if res is None:
             res = np.zeros(in_shape, dtype=bool)
         flat = res.reshape(-1)
+        if batch is not None:
+            flat[batch[0].astype(np.intp)] = True
         for payload, outs in groups:
             check_deadline(deadline)
             got = as_linear(op.map_p(to_coords(outs, out_shape), payload, i), in_shape)
@@ -226,6 +263,14 @@ def read_payload(readers: Sequence[ShardReader], op: Operator, i: int, backward:
     pairs = _payload_pairs(readers, None, None, deadline)
     res = np.zeros(out_shape, dtype=bool)
     covered = np.zeros(out_shape, dtype=bool)
+    fixed = _fixed_rows(pairs)
+    if fixed is not None:  # every payload at once, when the operator has the batch form
+        rows, outs = fixed
+        hits = op.map_p_rows_hits(to_coords(outs, out_shape), rows, i, f)
+        if hits is not None:
+            covered.reshape(-1)[outs.astype(np.intp)] = True
+            res.reshape(-1)[outs[np.asarray(hits, bool)].astype(np.intp)] = True
+            pairs = None
     for payload, outs in group_by_payload(pairs):
         check_deadline(deadline)
         covered.reshape(-1)[outs.astype(np.intp)] = True
