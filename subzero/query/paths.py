@@ -105,3 +105,33 @@ def dag_steps(wf: Workflow, direction: str, start: str, target: str) -> list[tup
             continue
         steps += [(op, i) for i, src in enumerate(wf.nodes[op].inputs) if src in between]
     return steps
+
+
+def simple_paths(wf: Workflow, direction: str, start: str, target: str,
+                 limit: int = 64) -> list[list[tuple[str, int]]]:
+    """The paths from ``start`` to ``target`` one by one (at most ``limit``, shortest
+    first), each a list of ``(operator, input index)`` steps as :func:`check_path` takes
+    them: what a query given a target unions, for choosing one."""
+    between = arrays_between(wf, direction, start, target)
+    users: dict[str, list[tuple[str, int]]] = {}
+    for op in wf.order:
+        for i, src in enumerate(wf.nodes[op].inputs):
+            users.setdefault(src, []).append((op, i))
+    out: list[list[tuple[str, int]]] = []
+
+    def walk(array: str, steps: list[tuple[str, int]]) -> None:
+        if len(out) >= limit:
+            return
+        if array == target:
+            out.append(list(steps))
+            return
+        if direction == "backward":
+            nxt = [((array, i), src) for i, src in enumerate(wf.nodes[array].inputs)
+                   if src in between] if array in wf.nodes else []
+        else:
+            nxt = [((op, i), op) for op, i in users.get(array, ()) if op in between]
+        for step, there in nxt:
+            walk(there, steps + [step])
+
+    walk(start, [])
+    return sorted(out, key=len)

@@ -11,6 +11,8 @@ Routes (every answer JSON unless said otherwise; errors are ``{"error": "one lin
 ``GET|POST /api/runs/{run}/query``                 a lineage query (fields as query string
                                                    or a JSON body: direction, from, cells or
                                                    box, to or path, method)
+``GET /api/runs/{run}/paths``                      the paths between two arrays, one by one
+                                                   (direction, from, to), to choose one
 ``GET /api/runs/{run}/named/{name}``               a named query
 ``GET /api/runs/{run}/query.{npy,fits}``, ``/api/runs/{run}/named/{name}.{npy,fits}``
                                                    the result mask to download
@@ -149,6 +151,11 @@ def create_app(home: Any, token: str | None = None, loopback: bool = True) -> St
         spec = dict(request.query_params)
         return await _file(svc, request.path_params["run"], spec, request.path_params["fmt"])
 
+    async def paths(request: Request) -> Response:
+        spec = dict(request.query_params)
+        spec.pop("token", None)
+        return await svc.answer(ex.paths, request.path_params["run"], spec)
+
     async def named(request: Request) -> Response:
         method = request.query_params.get("method", "auto")
         return await svc.answer(ex.named, request.path_params["run"],
@@ -173,6 +180,7 @@ def create_app(home: Any, token: str | None = None, loopback: bool = True) -> St
         Route("/api/runs/{run}/arrays/{name}/tiles/{z:int}/{y:int}/{x:int}.png", tile),
         Route("/api/runs/{run}/query.{fmt}", query_file),
         Route("/api/runs/{run}/query", query, methods=["GET", "POST"]),
+        Route("/api/runs/{run}/paths", paths),
         Route("/api/runs/{run}/named/{name}.{fmt}", named_file),
         Route("/api/runs/{run}/named/{name}", named),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),

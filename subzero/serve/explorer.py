@@ -32,6 +32,7 @@ from subzero.engine.runs import load_run
 from subzero.errors import CellError, QueryError, StoreError, SubZeroError
 from subzero.frontier import Frontier
 from subzero.query import LineageResult, QueryExecutor
+from subzero.query.paths import simple_paths
 
 #: a tile's side in pixels
 TILE = 256
@@ -254,6 +255,25 @@ class Explorer:
             self._array(w, to)
         targets = [to] if (to or path) else default_targets(w.run, direction, start)
         return [w.qx.query(direction, cells, start, path, t, method) for t in targets]
+
+    def paths(self, rid: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """The paths from ``from`` to ``to`` one by one (at most 64, shortest first), for
+        choosing one: each its steps and the arrays it goes through."""
+        w = self.warm(rid)
+        direction = spec.get("direction")
+        if direction not in ("backward", "forward"):
+            raise QueryError(f"direction {str(direction)[:40]!r}: expected backward or forward")
+        start, to = spec.get("from"), spec.get("to")
+        self._array(w, start)
+        self._array(w, to)
+        wf = w.run.workflow
+        out = []
+        for steps in simple_paths(wf, direction, start, to):
+            through = [wf.nodes[op].inputs[i] if direction == "backward" else op
+                       for op, i in steps]
+            out.append({"steps": [list(s) for s in steps], "through": through})
+        return {"run": w.run.id, "direction": direction, "from": start, "to": to,
+                "paths": out}
 
     def named(self, rid: str, name: str, method: str = "auto") -> dict[str, Any]:
         t0 = time.perf_counter()

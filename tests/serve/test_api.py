@@ -111,6 +111,25 @@ def test_cells_and_boxes_forward_and_backward(server, astro_home):
     assert status == 200 and {r["array"] for r in doc["results"]} >= {"exp1", "exp2"}
 
 
+def test_paths_one_by_one_and_a_query_along_one(server, astro_home):
+    _, run = astro_home
+    status, doc = server.json(f"/api/runs/{run.id}/paths?direction=backward&from=clust&to=exp1")
+    assert status == 200 and len(doc["paths"]) >= 2
+    union = run.backward([(100, 100)], "clust", to="exp1").count
+    counts = []
+    for p in doc["paths"]:
+        assert p["through"][-1] == "exp1" and len(p["through"]) == len(p["steps"])
+        text = ",".join(f"{op}:{i}" for op, i in p["steps"])
+        status, ans = server.json(f"/api/runs/{run.id}/query?direction=backward&from=clust"
+                                  f"&cells=100,100&path={text}")
+        assert status == 200
+        got = ans["results"][0]["count"]
+        assert got == run.backward([(100, 100)], "clust",
+                                   path=[tuple(s) for s in p["steps"]]).count
+        counts.append(got)
+    assert max(counts) <= union  # each path's answer lies within the union of them all
+
+
 def test_downloads_hold_the_mask(server, astro_home):
     _, run = astro_home
     expected = run.named_query("BQ1").mask
@@ -154,6 +173,8 @@ BAD = [
     ("/api/runs/{run}/named/BQ99", 404, "BQ99"),
     ("/api/runs/{run}/named/BQ1.zip", 400, "zip"),
     ("/api/runs/{run}/query.npy?direction=backward&from=clust&cells=1,1", 400, "target"),
+    ("/api/runs/{run}/paths?direction=backward&from=exp1&to=clust", 400, "no path"),
+    ("/api/runs/{run}/paths?direction=backward&from=clust&to=nosuch", 404, "nosuch"),
     ("/nosuch/page", 404, "/nosuch/page"),
     ("/static/..%2f..%2fapi.py", 404, ""),
 ]

@@ -69,23 +69,46 @@ def test_click_a_star_and_see_its_lineage(server, browser, astro_home, tmp_path)
     assert cli.returncode == 0, cli.stderr
     assert shown == doc["results"][0]["count"] == json.loads(cli.stdout)["count"] > 1
 
+    # one path instead of their union: the pixel path (the demo's), without the mean
+    d.find_element(By.CSS_SELECTOR, '#graph .node[data-array="clust"]').click()
+    wait_for(lambda: d.find_element(By.ID, "array-name").text == "clust", what="clust again")
+    Select(d.find_element(By.ID, "target-select")).select_by_value("exp1")
+    via = Select(d.find_element(By.ID, "path-select"))
+    wait_for(lambda: len(via.options) > 2, what="the paths clust -> exp1")
+    pixel_path = next(o for o in via.options if "bgmean1" not in o.text
+                      and "maskexp" not in o.text and "meanoverscan1" not in o.text
+                      and o.get_attribute("value"))
+    value = pixel_path.get_attribute("value")
+    via.select_by_value(value)
+    d.execute_script("window.subzero.centerOn(arguments[0], arguments[1], 8)", r, c)
+    off = d.execute_script("return window.subzero.cellOffset(arguments[0], arguments[1])", r, c)
+    ActionChains(d).move_to_element_with_offset(viewer, round(off["dx"]), round(off["dy"])) \
+        .click().perform()
+    wait_for(lambda: (d.execute_script("return window.subzero.state.answer.spec") or {})
+             .get("path"), what="a query along one path")
+    wait_for(lambda: d.find_element(By.ID, "array-name").text == "exp1", what="exp1 again")
+    one = int(d.find_element(By.ID, "result-count").text.replace(",", ""))
+    path = [tuple(s.split(":")) for s in value.split(",")]
+    expected = run.backward([(r, c)], "clust", path=[(op, int(i)) for op, i in path]).count
+    assert one == expected and 1 < one < shown  # the star and its ring, not the whole image
+    shot = tmp_path / "explorer-one-path.png"
+    d.save_screenshot(str(shot))
+    print(f"screenshot: {shot}")
+
     # the overlay is drawn over exp1, and the steps of the path can be opened one by one
     assert wait_for(lambda: d.execute_script("return window.subzero.overlayPixels()"),
                     what="overlay pixels") > 0
     steps = d.find_elements(By.CSS_SELECTOR, "#steps tr[data-reached]")
-    assert len(steps) == len(doc["results"][0]["steps"])
+    shown_steps = d.execute_script("return window.subzero.state.answer.results[0].steps")
+    assert len(steps) == len(shown_steps) == len(path)
     shot = tmp_path / "explorer.png"
     d.save_screenshot(str(shot))
     assert shot.stat().st_size > 10_000
     print(f"screenshot: {shot}")
     steps[0].click()  # the first step: clust back to rmcr
-    wait_for(lambda: d.find_element(By.ID, "array-name").text == steps_reached(doc, 0),
+    wait_for(lambda: d.find_element(By.ID, "array-name").text == shown_steps[0]["reached"],
              what="the first step's array")
     assert d.execute_script("return window.subzero.overlayPixels()") > 0
-
-
-def steps_reached(doc, i):
-    return doc["results"][0]["steps"][i]["reached"]
 
 
 def test_named_query_is_one_click(server, browser, astro_home):

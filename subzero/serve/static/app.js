@@ -211,6 +211,35 @@ function fillTargets() {
     sel.appendChild(o);
   }
   if ([...sel.options].some((o) => o.value === keep)) sel.value = keep;
+  fillPaths();
+}
+
+// the paths from the open array to the chosen target, one by one ("every path": their union)
+async function fillPaths() {
+  const sel = $("path-select"), label = $("path-label");
+  const to = $("target-select").value;
+  sel.innerHTML = "";
+  label.hidden = true;
+  if (!to || !state.array) return;
+  const direction = $("direction-backward").checked ? "backward" : "forward";
+  const q = new URLSearchParams({ direction, from: state.array, to });
+  let doc;
+  try {
+    doc = await api(`/api/runs/${state.run.run}/paths?${q}`);
+  } catch (e) { status(e.message, true); return; }
+  if (to !== $("target-select").value) return;  // the target changed meanwhile
+  const all = document.createElement("option");
+  all.value = "";
+  all.textContent = `every path (${doc.paths.length}${doc.paths.length >= 64 ? "+" : ""}, their union)`;
+  sel.appendChild(all);
+  for (const p of doc.paths) {
+    const o = document.createElement("option");
+    o.value = p.steps.map(([op, i]) => `${op}:${i}`).join(",");
+    o.textContent = p.through.slice(0, -1).join(" → ") || "(one step)";
+    o.title = o.textContent;
+    sel.appendChild(o);
+  }
+  label.hidden = doc.paths.length < 2;
 }
 
 function viewerSize() {
@@ -295,9 +324,11 @@ function drawOverlay() {
     ctx.fillStyle = `rgba(255, 40, 30, ${ov.count > size / 4 ? 0.4 : 0.75})`;
     // cells [c0, c1) of rows [r0, r1), on whole pixels (no seams between rows)
     const rect = (r0, r1, c0, c1) => {
-      const x0 = Math.floor(v.ox + c0 * v.s), y0 = Math.floor(v.oy + r0 * v.s);
-      const x1 = Math.max(x0 + px, Math.ceil(v.ox + c1 * v.s));
-      const y1 = Math.max(y0 + px, Math.ceil(v.oy + r1 * v.s));
+      // both edges rounded the same way: neighbouring rows tile without overlap (an
+      // overlap would draw a darker seam where the translucent red adds up)
+      const x0 = Math.round(v.ox + c0 * v.s), y0 = Math.round(v.oy + r0 * v.s);
+      const x1 = Math.max(x0 + px, Math.round(v.ox + c1 * v.s));
+      const y1 = Math.max(y0 + px, Math.round(v.oy + r1 * v.s));
       ctx.fillRect(x0, y0, x1 - x0, y1 - y0);
     };
     for (let i = 0; i < ov.runs.length; i += 2) {
@@ -411,6 +442,7 @@ function setupViewer() {
   $("zoom-fit").addEventListener("click", () => { fitView(); draw(); });
   for (const id of ["direction-backward", "direction-forward"]) $(id).addEventListener("change", fillTargets);
   $("run-select").addEventListener("change", (e) => openRun(e.target.value));
+  $("target-select").addEventListener("change", fillPaths);
   window.addEventListener("resize", draw);
 }
 
@@ -422,8 +454,9 @@ function querySpec(r0, c0, r1, c1) {
     from: state.array,
     method: $("method-select").value,
   };
-  const to = $("target-select").value;
-  if (to) spec.to = to;
+  const to = $("target-select").value, via = $("path-select").value;
+  if (to && via) spec.path = via;
+  else if (to) spec.to = to;
   if (r1 - r0 === 1 && c1 - c0 === 1) spec.cells = coords(r0, c0).join(",");
   else if (a.shape.length === 2) spec.box = `${r0}:${r1},${c0}:${c1}`;
   else {
@@ -489,7 +522,7 @@ function downloadLinks(doc, res) {
     const base = `/api/runs/${rid}/named/${encodeURIComponent(doc.named)}`;
     return `<a href="${base}.npy" download>mask .npy</a><a href="${base}.fits" download>mask .fits</a>`;
   }
-  const spec = Object.assign({}, doc.spec, { to: res.array });
+  const spec = Object.assign({}, doc.spec, doc.spec.path ? {} : { to: res.array });
   const q = new URLSearchParams(spec).toString();
   return `<a href="/api/runs/${rid}/query.npy?${q}" download>mask .npy</a>` +
          `<a href="/api/runs/${rid}/query.fits?${q}" download>mask .fits</a>`;
