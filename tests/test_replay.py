@@ -178,6 +178,7 @@ def test_derived_run_answers_lineage_queries(parents):
     assert mine and len(mine) == len(theirs)
     own = [r for r in mine if r["path"].startswith(f"runs/{new.id}/")]
     assert own, "the recomputed chunks of cr1 have their own shards"
+    assert all(r["checksum"] for r in own)  # recorded as a run records them: verify checks them
     assert all(r["path"].startswith(f"runs/{run.id}/") for r in mine if r not in own)
     changed = differs(run.array("clust"), new.array("clust"))
     flags = differs(run.array("cr1"), new.array("cr1"))

@@ -584,3 +584,15 @@ class Catalog:
             d["steps"] = _loads(d["steps"])
             out.append(d)
         return out
+
+
+def shard_row(op: str, s: dict[str, Any], home: Path) -> dict[str, Any]:
+    """The catalog row (:meth:`Catalog.add_shards`) of a shard a task published, ``s`` the
+    task's description of it (its path made relative to the home)."""
+    return {"op": op, "strategy": s["strategy"], "chunk": s["chunk"],
+            "path": os.path.relpath(s["path"], home),
+            "data_bytes": s.get("data_bytes", 0), "index_bytes": s.get("index_bytes", 0),
+            "pairs": s.get("pairs", 0), "out_cells": s.get("out_cells", 0),
+            "in_cells": s.get("in_cells", 0), "fanin": s.get("fanin"),
+            "fanout": s.get("fanout"), "encode_s": s.get("encode_s"),
+            "attempt": s.get("attempt", 0), "checksum": s.get("checksum")}

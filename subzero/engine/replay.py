@@ -45,7 +45,7 @@ from encoders.store import remove_unpublished
 from subzero.cells import Box
 from subzero.chunking import chunk_key, task_grid
 from subzero.engine import arrays, layout
-from subzero.engine.catalog import Catalog
+from subzero.engine.catalog import Catalog, shard_row
 from subzero.engine.runs import LoadedRun
 from subzero.engine.tasks import make_jobs, raise_task_error, run_jobs, run_task
 from subzero.errors import ReplayError, StoreError
@@ -379,17 +379,6 @@ def _tiles(op: Any, chunks: Sequence[int], reach: np.ndarray, by_chunk: bool
     return out
 
 
-def _row(name: str, s: dict[str, Any], home: Path) -> dict[str, Any]:
-    """The catalog row of a shard a recomputed task wrote (as a run records it)."""
-    return {"op": name, "strategy": s["strategy"], "chunk": s["chunk"],
-            "path": os.path.relpath(s["path"], home),
-            "data_bytes": s.get("data_bytes", 0), "index_bytes": s.get("index_bytes", 0),
-            "pairs": s.get("pairs", 0), "out_cells": s.get("out_cells", 0),
-            "in_cells": s.get("in_cells", 0), "fanin": s.get("fanin"),
-            "fanout": s.get("fanout"), "encode_s": s.get("encode_s"),
-            "attempt": s.get("attempt", 0)}
-
-
 def _recompute(d: _Derived, name: str, reach: np.ndarray, spark: Any, where: str
                ) -> tuple[ArrayReplay, np.ndarray]:
     """Recompute the tiles of operator ``name`` holding the cells ``reach`` into the
@@ -451,7 +440,7 @@ def _recompute(d: _Derived, name: str, reach: np.ndarray, spark: Any, where: str
     for res in results:
         for s in res["shards"]:
             if s.get("path"):
-                d.shard_rows.append(_row(name, s, d.home))
+                d.shard_rows.append(shard_row(name, s, d.home))
                 keys.add(s["chunk"])
     d.recomputed[name] = {chunk_key(idx) for idx, _ in tiles} if stored else keys
     return ArrayReplay(name, tuple(op.out_shape), int(np.count_nonzero(reach)),

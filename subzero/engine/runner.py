@@ -43,7 +43,7 @@ from subzero.cells import Box
 from subzero.chunking import Chunking, chunk_grid, task_grid
 from subzero.engine import arrays, layout
 from subzero.engine.capacity import check_fits
-from subzero.engine.catalog import Catalog
+from subzero.engine.catalog import Catalog, shard_row
 from subzero.engine.inputs import input_origins, origin_text, plan_inputs
 from subzero.engine.spark import get_spark, resolve_master
 from subzero.engine.stages import Stage, plan_stages
@@ -239,16 +239,6 @@ def _say_stores_nothing(wf: Workflow, strategy: str | None,
            "(queries are answered the same as with blackbox-opt)")
 
 
-def _shard_row(name: str, s: dict[str, Any], home: Path) -> dict[str, Any]:
-    return {"op": name, "strategy": s["strategy"], "chunk": s["chunk"],
-            "path": os.path.relpath(s["path"], home),
-            "data_bytes": s.get("data_bytes", 0), "index_bytes": s.get("index_bytes", 0),
-            "pairs": s.get("pairs", 0), "out_cells": s.get("out_cells", 0),
-            "in_cells": s.get("in_cells", 0), "fanin": s.get("fanin"),
-            "fanout": s.get("fanout"), "encode_s": s.get("encode_s"),
-            "attempt": s.get("attempt", 0), "checksum": s.get("checksum")}
-
-
 def _op_jobs(r: _Run, name: str, fused: set[str]) -> list[TaskJob]:
     """Record operator ``name``, create its array and make its tasks (one per chunk).
     ``fused`` holds the steps computed earlier in the same task, read from memory."""
@@ -323,7 +313,7 @@ def _stage_label(st: Stage) -> str:
 def _op_stage(r: _Run, name: str, results: list[dict[str, Any]], wall: float) -> _Stage:
     raise_task_error(name, results)
     shards = [s for res in results for s in res["shards"]]
-    rows = [_shard_row(name, s, r.home) for s in shards if s.get("path")]
+    rows = [shard_row(name, s, r.home) for s in shards if s.get("path")]
     return _Stage(name, list(r.plan[name]), results, wall, shards, rows)
 
 
