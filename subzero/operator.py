@@ -185,7 +185,8 @@ class Operator(ABC):
                    ) -> np.ndarray | None:
         """:meth:`map_p` of many payloads at once: ``payloads`` is ``(n, width)`` uint8, one
         fixed-width payload per row of ``outcells``; returns the union of their input-``i``
-        lineage as linear indices, or None when the operator has no such batch form (the
+        lineage as linear indices (any order, repeats allowed: the caller sorts once), or
+        None when the operator has no such batch form (the
         default: a query then calls :meth:`map_p` once per distinct payload)."""
         return None
 

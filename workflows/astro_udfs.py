@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -662,7 +662,17 @@ def cr_lineage(cells: np.ndarray, paths: np.ndarray, masks: np.ndarray, shape: S
     linear indices: the region pairs of ``FULL`` mode, in bulk."""
     n = len(cells)
     size = int(np.prod(shape))
-    keys = []
+    keys = [rid.astype(np.int64) * size + lin
+            for rid, lin in _cr_pieces(cells, paths, masks, shape)]
+    key = np.unique(np.concatenate(keys)) if keys else np.empty(0, np.int64)
+    rid, lin = np.divmod(key, size)
+    return Ragged.from_lengths(lin.astype(np.uint64), np.bincount(rid, minlength=n))
+
+
+def _cr_pieces(cells: np.ndarray, paths: np.ndarray, masks: np.ndarray, shape: Shape
+               ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """``(candidate row, input linear index)`` pieces of :func:`cr_lineage` (repeats
+    included): each box of a path, and the cell masks."""
     has = masks != 0
     for radius in np.unique(paths[~has, 0]):
         rows = np.flatnonzero(~has & (paths[:, 0] == radius))
@@ -676,8 +686,7 @@ def cr_lineage(cells: np.ndarray, paths: np.ndarray, masks: np.ndarray, shape: S
                 if not moved.any():
                     continue
             boxes = box_neighbours(centre[moved], (int(radius),) * 2, shape)
-            keys.append(rows[moved][boxes.row_ids()].astype(np.int64) * size
-                        + boxes.values.astype(np.int64))
+            yield rows[moved][boxes.row_ids()], boxes.values.astype(np.int64)
     rows = np.flatnonzero(has)
     if len(rows):
         bits = ((masks[rows, None].astype(np.int64) >> np.arange(25)[None, :]) & 1).astype(bool)
@@ -685,11 +694,7 @@ def cr_lineage(cells: np.ndarray, paths: np.ndarray, masks: np.ndarray, shape: S
         yy = cells[rows, 0, None].astype(np.int64) + (dy - 2)[None, :]
         xx = cells[rows, 1, None].astype(np.int64) + (dx - 2)[None, :]
         ok = bits & (yy >= 0) & (yy < shape[0]) & (xx >= 0) & (xx < shape[1])
-        rid = np.broadcast_to(rows[:, None], ok.shape)[ok]
-        keys.append(rid.astype(np.int64) * size + (yy * shape[1] + xx)[ok])
-    key = np.unique(np.concatenate(keys)) if keys else np.empty(0, np.int64)
-    rid, lin = np.divmod(key, size)
-    return Ragged.from_lengths(lin.astype(np.uint64), np.bincount(rid, minlength=n))
+        yield np.broadcast_to(rows[:, None], ok.shape)[ok], (yy * shape[1] + xx)[ok]
 
 
 def _decode_path(payload: bytes) -> tuple[int, list[tuple[int, int]]]:
@@ -737,10 +742,10 @@ def _path_cells(outcells: np.ndarray, payload: bytes, shape: Shape) -> np.ndarra
     return np.unique(np.concatenate(parts))
 
 
-def _rows_lineage(outcells: np.ndarray, rows: np.ndarray, shape: Shape) -> Ragged | None:
-    """Per row of ``outcells``, the input cells its 5-byte payload row names (a cell mask,
-    or a radius and 4 steps), sorted linear: :func:`cr_lineage` over decoded payloads, all
-    at once. None for payloads of another width (older runs' 1-byte radii)."""
+def _rows_decoded(outcells: np.ndarray, rows: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """5-byte payload rows as :func:`cr_lineage` takes them: ``(cells, paths, masks, which
+    rows name any cell)``; None for another width."""
     rows = np.asarray(rows, dtype=np.uint8)
     if rows.ndim != 2 or rows.shape[1] != 5:
         return None
@@ -753,7 +758,28 @@ def _rows_lineage(outcells: np.ndarray, rows: np.ndarray, shape: Shape) -> Ragge
     paths = rows.astype(np.int64)
     paths[is_mask] = 0
     cells = np.asarray(outcells, dtype=np.int64).reshape(-1, 2)
-    some = ~(is_mask & (masks == 0))  # an empty cell mask names no cell (not a radius 0)
+    return cells, paths, masks, ~(is_mask & (masks == 0))  # an empty mask names no cell
+
+
+def _rows_union(outcells: np.ndarray, rows: np.ndarray, shape: Shape) -> np.ndarray | None:
+    """The union of what the payload rows name, linear (repeats included: the caller sorts
+    once), without keeping which row named what."""
+    dec = _rows_decoded(outcells, rows)
+    if dec is None:
+        return None
+    cells, paths, masks, some = dec
+    lins = [lin for _, lin in _cr_pieces(cells[some], paths[some], masks[some], shape)]
+    return np.concatenate(lins).astype(np.uint64) if lins else np.empty(0, np.uint64)
+
+
+def _rows_lineage(outcells: np.ndarray, rows: np.ndarray, shape: Shape) -> Ragged | None:
+    """Per row of ``outcells``, the input cells its 5-byte payload row names (a cell mask,
+    or a radius and 4 steps), sorted linear: :func:`cr_lineage` over decoded payloads, all
+    at once. None for payloads of another width (older runs' 1-byte radii)."""
+    dec = _rows_decoded(outcells, rows)
+    if dec is None:
+        return None
+    cells, paths, masks, some = dec
     if some.all():
         return cr_lineage(cells, paths, masks, shape)
     rag = cr_lineage(cells[some], paths[some], masks[some], shape)
@@ -856,8 +882,7 @@ class _PathPayload:
 
     def map_p_rows(self, outcells: np.ndarray, payloads: np.ndarray, i: int
                    ) -> np.ndarray | None:
-        rag = _rows_lineage(outcells, payloads, self.in_shapes[i])
-        return None if rag is None else np.unique(rag.values)
+        return _rows_union(outcells, payloads, self.in_shapes[i])
 
     def map_p_rows_hits(self, outcells: np.ndarray, payloads: np.ndarray, i: int,
                         frontier_in: np.ndarray) -> np.ndarray | None:
