@@ -211,6 +211,39 @@ def check_coords(coords: np.ndarray, shape: Shape, what: str = "cells") -> None:
         raise CellError(f"{what}: cell {cell} is outside the array shape {shape}")
 
 
+def parse_cells(text: str, shape: Sequence[int]) -> np.ndarray:
+    """The text form ``"r,c;r,c"`` -> ``(n, ndim)`` int64 coordinates (whitespace
+    ignored), parsed by numpy in one pass; a bad cell is named in one line.
+
+    >>> parse_cells("1,2; 3,4", (5, 5)).tolist()
+    [[1, 2], [3, 4]]
+    """
+    shape = tuple(int(s) for s in shape)
+    parts = np.array("".join(str(text).split()).split(";"))
+    parts = parts[parts != ""]
+    if not len(parts):
+        raise CellError(f"no cells in {text!r}; expected 'r,c;r,c'")
+    counts = np.char.count(parts, ",") + 1
+    if (counts != len(shape)).any():
+        bad = parts[np.argmax(counts != len(shape))]
+        raise CellError(f"cell ({bad.replace(',', ', ')}) has {bad.count(',') + 1} "
+                        f"coordinates; the array {shape} has {len(shape)} axes")
+    try:
+        flat = np.array(",".join(parts).split(",")).astype(np.int64)
+    except (ValueError, OverflowError):  # the slow path only names the bad cell
+        for part in parts.tolist():
+            try:
+                vals = [int(v) for v in part.split(",")]
+            except ValueError:
+                raise CellError(f"bad cell {part!r}; expected integers like 'r,c'") from None
+            if any(not -2 ** 63 <= v < 2 ** 63 for v in vals):
+                raise CellError(f"cell {part!r}: a coordinate is out of range; expected "
+                                f"cells inside the array {shape}") from None
+        raise CellError(f"bad cells {str(text)[:60]!r}; expected integers like 'r,c;r,c'"
+                        ) from None
+    return flat.reshape(len(parts), len(shape))
+
+
 def as_linear(cells: Any, shape: Sequence[int], what: str = "cells") -> np.ndarray:
     """Normalize cells given in any accepted form to 1-d uint64 linear indices.
 

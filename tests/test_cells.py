@@ -1,9 +1,11 @@
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
-from subzero.cells import Box, Ragged, as_linear, dilate, to_coords, unique
+from subzero.cells import Box, Ragged, as_linear, dilate, parse_cells, to_coords, unique
 from subzero.errors import CellError
 from subzero.frontier import frontier, mask_from_linear
 
@@ -142,3 +144,18 @@ def test_frontier_keeps_sparse_and_dense_forms_consistent():
     f = start_frontier(shape, [(1, 2), (1, 2), (0, 5)])
     assert f.lin.tolist() == [5, 52] and f.meets(Box((1, 0), (2, 3)))
     assert not f.meets(Box((2, 0), (40, 50)))
+
+
+@given(st.lists(st.tuples(st.integers(-10**12, 10**12), st.integers(-10**12, 10**12)),
+                min_size=1, max_size=50), st.sampled_from([";", " ; ", ";\t"]))
+def test_parse_cells_reads_what_was_written(cells, sep):
+    text = sep.join(f"{r}, {c}" for r, c in cells)
+    assert parse_cells(text, (3, 3)).tolist() == [list(c) for c in cells]
+
+
+@pytest.mark.parametrize("text, words", [("1,x", "bad cell '1,x'"), ("", "no cells"),
+                                         ("1,2,3", "has 3 coordinates"),
+                                         (f"{2 ** 64},1", "out of range"), (";;", "no cells")])
+def test_parse_cells_names_the_bad_cell(text, words):
+    with pytest.raises(CellError, match=re.escape(words)):
+        parse_cells(text, (3, 3))

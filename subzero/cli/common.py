@@ -12,8 +12,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from subzero.cells import Box
-from subzero.errors import CellError, QueryError, SubZeroError
+from subzero.cells import Box, parse_cells
+from subzero.errors import QueryError, SubZeroError
 from subzero.jsonio import json_default
 
 EXIT_USAGE = 2
@@ -89,24 +89,8 @@ def parse_path(text: str) -> list[tuple[str, int]]:
 
 
 def parse_cells_text(text: str, shape: Sequence[int]) -> np.ndarray:
-    """CLI form ``"r,c;r,c"`` -> ``(n, ndim)`` coordinates."""
-    rows = []
-    for part in [p.strip() for p in text.split(";") if p.strip()]:
-        try:
-            rows.append([int(v) for v in part.split(",")])
-        except ValueError:
-            raise CellError(f"bad cell {part!r}; expected integers like 'r,c'") from None
-        big = [v for v in rows[-1] if not -2 ** 63 <= v < 2 ** 63]
-        if big:
-            raise CellError(f"cell {part!r}: coordinate {big[0]} is out of range; expected "
-                            f"cells inside the array {tuple(shape)}")
-    if not rows:
-        raise CellError(f"no cells in {text!r}; expected 'r,c;r,c'")
-    if any(len(r) != len(shape) for r in rows):
-        bad = next(r for r in rows if len(r) != len(shape))
-        raise CellError(f"cell {tuple(bad)} has {len(bad)} coordinates; the array "
-                        f"{tuple(shape)} has {len(shape)} axes")
-    return np.asarray(rows, dtype=np.int64)
+    """CLI form ``"r,c;r,c"`` -> ``(n, ndim)`` coordinates (:func:`subzero.cells.parse_cells`)."""
+    return parse_cells(text, shape)
 
 
 #: what each kind of output file may be called (``check_output``)

@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from subzero.api import Run
-from subzero.cells import Box, size_of
+from subzero.cells import Box, check_coords, parse_cells, size_of
 from subzero.engine import layout
 from subzero.engine.arrays import open_array, read_array, read_box
 from subzero.engine.catalog import Catalog
@@ -71,10 +71,10 @@ def rle(lin: np.ndarray) -> np.ndarray:
 def unrle(runs: Sequence[int], size: int) -> np.ndarray:
     """The flat bool mask of ``runs`` (the inverse of :func:`rle`)."""
     r = np.asarray(runs, dtype=np.int64).reshape(-1, 2)
-    flat = np.zeros(size, dtype=bool)
-    for s, n in r:
-        flat[s:s + n] = True
-    return flat
+    edges = np.zeros(size + 1, dtype=np.int64)
+    np.add.at(edges, r[:, 0], 1)
+    np.add.at(edges, r[:, 0] + r[:, 1], -1)
+    return np.cumsum(edges[:-1]) > 0
 
 
 def view_shape(shape: Sequence[int]) -> tuple[int, int]:
@@ -245,7 +245,7 @@ class Explorer:
             raise QueryError(f"direction {str(direction)[:40]!r}: expected backward or forward")
         start = spec.get("from")
         meta = self._array(w, start)
-        cells = parse_cells(spec, tuple(meta["shape"]))
+        cells = query_cells(spec, tuple(meta["shape"]))
         method = spec.get("method") or "auto"
         path = parse_path_spec(spec.get("path"))
         to = spec.get("to") or None
@@ -348,7 +348,7 @@ def default_targets(run: Run, direction: str, start: str) -> list[str]:
     return out
 
 
-def parse_cells(spec: Mapping[str, Any], shape: tuple[int, ...]) -> Any:
+def query_cells(spec: Mapping[str, Any], shape: tuple[int, ...]) -> Any:
     """A query's start cells from ``cells`` or ``box`` (exactly one), checked against
     ``shape`` and :data:`MAX_QUERY_CELLS`."""
     cells, box = spec.get("cells"), spec.get("box")
@@ -367,32 +367,21 @@ def parse_cells(spec: Mapping[str, Any], shape: tuple[int, ...]) -> Any:
     if isinstance(cells, str):
         if cells.count(";") >= MAX_QUERY_CELLS:
             raise TooLarge(f"at most {MAX_QUERY_CELLS:,} cells per query")
-        rows = []
-        for part in (p.strip() for p in cells.split(";")):
-            if not part:
-                continue
-            try:
-                rows.append([int(v) for v in part.split(",")])
-            except ValueError:
-                raise CellError(f"cell {part[:40]!r}: expected integers like 'r,c'") from None
-        cells = rows
-    if not isinstance(cells, list) or not cells:
-        raise CellError(f"cells {str(cells)[:60]!r}: expected 'r,c;r,c' or [[r, c], ...]")
-    if len(cells) > MAX_QUERY_CELLS:
-        raise TooLarge(f"{len(cells):,} cells; at most {MAX_QUERY_CELLS:,} per query")
-    if not all(isinstance(c, list) and len(c) == len(shape)
-               and all(isinstance(v, int) and not isinstance(v, bool) for v in c)
-               for c in cells):
-        bad = next(c for c in cells if not (isinstance(c, list) and len(c) == len(shape)))
-        raise CellError(f"cell {str(bad)[:40]}: expected {len(shape)} integer coordinates "
-                        f"for the array {shape}")
-    arr = np.asarray(cells, dtype=object)
-    lo_ok = all(v >= 0 for c in cells for v in c)
-    hi_ok = all(v < s for c in cells for v, s in zip(c, shape))
-    if not (lo_ok and hi_ok):
-        bad = next(c for c in cells if not all(0 <= v < s for v, s in zip(c, shape)))
-        raise CellError(f"cell {tuple(bad)} is outside the array {shape}")
-    return arr.astype(np.int64)
+        arr = parse_cells(cells, shape)
+    else:
+        if isinstance(cells, list) and len(cells) > MAX_QUERY_CELLS:
+            raise TooLarge(f"{len(cells):,} cells; at most {MAX_QUERY_CELLS:,} per query")
+        try:
+            arr = np.asarray(cells)
+        except ValueError:  # rows of different lengths
+            arr = np.asarray([], dtype=object)
+        if arr.ndim != 2 or arr.shape[1] != len(shape) or arr.dtype.kind not in "iu" \
+                or not len(arr):
+            raise CellError(f"cells {str(cells)[:60]}: expected [[r, c], ...] with "
+                            f"{len(shape)} integer coordinates each for the array {shape}")
+        arr = arr.astype(np.int64)
+    check_coords(arr, shape, "cells")
+    return arr
 
 
 def parse_path_spec(path: Any) -> list[tuple[str, int]] | None:

@@ -8,6 +8,7 @@ import hashlib
 import http.client
 import io
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -101,6 +102,10 @@ def test_cells_and_boxes_forward_and_backward(server, astro_home):
     assert status == 200
     assert doc["results"][0]["count"] == run.backward([(100, 100), (101, 101)], "rmcr",
                                                       to="exp1").count
+    status, doc = server.json(f"/api/runs/{run.id}/query", body={
+        "direction": "backward", "from": "rmcr", "cells": [[100, 100], [101, 101]], "to": "exp1"})
+    assert status == 200 and doc["results"][0]["count"] == run.backward(
+        [(100, 100), (101, 101)], "rmcr", to="exp1").count
     body = {"direction": "forward", "from": "exp1", "box": "50:60,50:60", "to": "rmcr"}
     status, doc = server.json(f"/api/runs/{run.id}/query", body=body)
     assert status == 200 and doc["results"][0]["count"] == run.forward(
@@ -182,8 +187,9 @@ BAD = [
 
 def test_bad_requests_get_one_line_and_change_nothing(server, astro_home):
     home, run = astro_home
-    before = _tree_digest(home / "runs" / run.id) if (home / "runs" / run.id).exists() else \
-        _tree_digest(home)
+    run_dir = home / "runs" / run.id
+    assert run_dir.is_dir()
+    before = _tree_digest(run_dir)
     for path, code, word in BAD:
         status, raw, headers = server.get(path.format(run=run.id))
         assert status == code, (path, status, raw[:200])
@@ -192,6 +198,13 @@ def test_bad_requests_get_one_line_and_change_nothing(server, astro_home):
             assert "\n" not in msg and word in msg, (path, msg)
         else:
             assert path.startswith("/static"), (path, headers)
+    # cells as a JSON list: ragged, not integers, outside the array
+    for cells, word in [([[1, 2], [3]], "integer coordinates"), ([[1.5, 2]], "integer"),
+                        ([[1, 99999]], "(1, 99999)"), ([[2 ** 70, 1]], "integer")]:
+        status, raw, _ = server.get(f"/api/runs/{run.id}/query", data=json.dumps(
+            {"direction": "backward", "from": "clust", "to": "exp1", "cells": cells}).encode(),
+            headers={"Content-Type": "application/json"})
+        assert status == 400 and word in json.loads(raw)["error"], raw[:200]
     # a malformed body, a body that is not an object, a huge body, cells over the limit
     for body, code, word in [(b"{not json", 400, "not JSON"), (b"[1, 2]", 400, "object"),
                              (json.dumps({"direction": "backward", "from": "clust", "to":
@@ -214,15 +227,14 @@ def test_bad_requests_get_one_line_and_change_nothing(server, astro_home):
     assert status == 400 and "attacker.example" in json.loads(raw)["error"]
     assert server.alive()
     assert server.json("/api/runs/latest")[0] == 200  # still answering
-    after = _tree_digest(home / "runs" / run.id) if (home / "runs" / run.id).exists() else \
-        _tree_digest(home)
+    after = _tree_digest(run_dir)
     assert before == after
 
 
 def _serve(home, *args, env=None):
     return subprocess.run([sys.executable, "-m", "subzero.cli", "serve", "--home", str(home),
                            *args], capture_output=True, text=True, timeout=60,
-                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT), **(env or {})})
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
 
 
 def test_a_port_in_use_is_one_line_and_exit_2(astro_home):
