@@ -141,6 +141,29 @@ def test_replay_equals_a_full_run_on_the_changed_data(parents, spark, tmp_path, 
 
 
 @pytest.mark.slow
+def test_arrays_computed_from_a_left_out_array_are_left_out_too(parents):
+    """--to calibrate leaves smooth out; background, residual and bright are computed from
+    it, so the derived run must not keep the parent's (stale) copies of them either; and a
+    replay of that derived run that would need smooth is one clear line."""
+    run = parents("example")
+    new = run.replay("image", [(3, 3)], value=60000, to="calibrate", quiet=True)
+    assert set(new.replayed.not_replayed) == {"smooth", "background", "residual", "bright"}
+    assert set(new.arrays) == {"image", "threshold", "calibrate"}
+    with pytest.raises(ReplayError, match="has no array 'smooth'"):
+        new.replay("image", [(3, 3)], value=1, quiet=True)
+    again = new.replay("image", [(4, 4)], value=1, to="calibrate", quiet=True)
+    assert again.array("calibrate")[4, 4] != run.array("calibrate")[4, 4]
+
+
+def test_a_bad_where_or_an_overflowing_value_is_one_line(parents):
+    run = parents("example")
+    with pytest.raises(ReplayError, match="where='bogus'"):
+        run.replay("image", [(3, 3)], value=1, where="bogus", quiet=True)
+    with pytest.raises(ReplayError, match="too large"):
+        run.replay("calibrate", [(3, 3)], value="1e400", quiet=True)
+
+
+@pytest.mark.slow
 def test_replay_recomputes_only_the_tiles_the_change_reaches(parents):
     """A change that no global operator sees: only the tiles around it are recomputed, and
     arrays it does not reach are links to the parent's."""

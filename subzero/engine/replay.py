@@ -200,10 +200,16 @@ def _scalar(array: str, dtype: np.dtype, value: Any) -> Any:
                               f"integer from {info.min} to {info.max}")
         return v
     try:
-        return dtype.type(float(text))
+        v = float(text)
     except (TypeError, ValueError):
         raise ReplayError(f"--set {text!r}: array {array} holds {dtype}; expected a number") \
             from None
+    with np.errstate(over="ignore"):
+        cast = dtype.type(v)
+    if np.isinf(cast) and text.lower().lstrip("+-") not in ("inf", "infinity"):  # 1e400
+        raise ReplayError(f"--set {text!r}: too large for array {array} ({dtype}); expected "
+                          f"a number of magnitude at most {np.finfo(dtype).max:g}")
+    return cast
 
 
 # -- comparing ------------------------------------------------------------------------------
@@ -542,11 +548,20 @@ def check_replay(run: LoadedRun, array: str, to: Sequence[str] | None) -> None:
         if name not in run.arrays:
             raise StoreError(f"run {run.id} has no array {name!r} (arrays: "
                              f"{', '.join(run.arrays)})")
-    down = _needed(run.workflow, array, None)
+    wf = run.workflow
+    down = _needed(wf, array, None)
     for t in to or []:
         if t not in down:
             raise ReplayError(f"--to {t}: array {t} is not downstream of {array} in run "
                               f"{run.id} (downstream: {', '.join(sorted(down)) or 'none'})")
+    needed = _needed(wf, array, to)
+    for name in [n for n in wf.order if n in needed]:  # a derived run made with --to may
+        for a in (*wf.nodes[name].inputs, name):       # lack some: the first one, in order
+            if a not in run.arrays:
+                raise ReplayError(f"run {run.id} has no array {a!r}, which replaying {array} "
+                                  f"needs (left out of it by --to?); replay run "
+                                  f"{run.info.get('parent') or 'its parent'} instead, or "
+                                  "limit this replay with --to")
 
 
 def replay_run(parent: LoadedRun, array: str, mask: np.ndarray, values: np.ndarray,
@@ -560,6 +575,8 @@ def replay_run(parent: LoadedRun, array: str, mask: np.ndarray, values: np.ndarr
     operators with more than :data:`SPARK_CELLS` cells to recompute, when ``spark`` is
     given), ``"driver"`` or ``"spark"``.
     """
+    if where not in ("auto", "driver", "spark"):
+        raise ReplayError(f"where={where!r}: expected 'auto', 'driver' or 'spark'")
     check_replay(parent, array, to)
     wf = parent.workflow
     mask = np.asarray(mask, dtype=bool)
@@ -570,7 +587,7 @@ def replay_run(parent: LoadedRun, array: str, mask: np.ndarray, values: np.ndarr
     if n == 0:
         raise ReplayError(f"no cells of {array} chosen; expected at least one")
     needed = _needed(wf, array, to)
-    outputs = list(to) if to else [a for a in _sinks(wf) if a in needed]
+    outputs = list(dict.fromkeys(to)) if to else [a for a in _sinks(wf) if a in needed]
     derivation = {"kind": "replay", "array": array, "cells": n, "value": value_text,
                   "to": list(to or [])}
     home = parent.home
@@ -633,6 +650,10 @@ def _finish(d: _Derived, res: ReplayResult, t_start: float) -> None:
     complete."""
     wf = d.parent.workflow
     gone = set(res.not_replayed)
+    for name in wf.order:  # what is computed from a left-out array goes too (else stale)
+        if name not in gone and any(s in gone for s in wf.nodes[name].inputs):
+            gone.add(name)
+            res.not_replayed.append(name)
     for name in [*wf.inputs, *wf.order]:
         if name in d.parent.arrays and name not in d.present and name not in gone:
             d.link(name)
