@@ -293,7 +293,13 @@ def test_a_check_is_reproducible_from_its_seed():
     (["MedianFilter", "--samples", "0"], "--samples 0"),
     (["MedianFilter", "--mode", "PAY"], "PAY"),
     (["MedianFilter", "--input", "x.txt"], "'x.txt'"),
-    (["MedianFilter", "--input", "missing.npy"], "'missing.npy'"),
+    (["MedianFilter", "--input", "missing.npy"], "missing.npy: no such file"),
+    (["MedianFilter", "--input", "e.npy"], "holds no cells"),
+    (["MedianFilter", "--input", "a.npy", "--cells", "1;1,2"], "'1,2' has 2 coordinates"),
+    (["MedianFilter", "--seed", "-1"], "--seed -1"),
+    (["MedianFilter", "--shape", "100000x100000"], "10,000,000,000 cells"),
+    (["MedianFilter", "--rtol", "nan"], "--rtol nan"),
+    (["MedianFilter", "--rtol", "-1"], "--rtol -1"),
     (["Binary", "--input", "a.npy"], "takes 2 input"),
     (["MedianFilter", "--shape", "3xq"], "3xq"),
     (["MedianFilter", "--input", "a.npy", "--cells", "9,9"], "(9, 9)"),
@@ -303,6 +309,7 @@ def test_a_check_is_reproducible_from_its_seed():
 def test_bad_input_is_one_line_and_exit_2(argv, named, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     np.save(tmp_path / "a.npy", np.zeros((4, 4)))
+    np.save(tmp_path / "e.npy", np.zeros((0, 4)))
     code = main(["check-lineage", *argv])
     err = capsys.readouterr().err.strip()
     assert code == 2, err

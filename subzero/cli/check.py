@@ -9,17 +9,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from subzero.api import check_lineage
-from subzero.cells import parse_shape
-from subzero.cli.common import CliError, emit_json, parse_assignments, table
+from subzero.cells import parse_cells, parse_shape
+from subzero.cli.common import CliError, emit_json, load_npy, parse_assignments, table
+from subzero.errors import CellError
 from subzero.lineagecheck import LineageCheck
 
 EXIT_UNSOUND = 1
+#: the most cells a generated input may have (--shape)
+MAX_CELLS = 1 << 24
 
 
 def _param_value(text: str) -> Any:
@@ -31,15 +35,13 @@ def _param_value(text: str) -> Any:
 
 
 def _load_input(path: str) -> np.ndarray:
-    p = Path(path)
-    if p.suffix != ".npy":
+    if Path(path).suffix != ".npy":
         raise CliError(f"--input {path!r}: expected a .npy file")
-    if not p.is_file():
-        raise CliError(f"--input {path!r}: no such file")
-    try:
-        return np.load(p, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise CliError(f"--input {path!r}: not a readable .npy file ({e})") from None
+    arr = load_npy(path, "--input", "an input array")
+    if arr.size == 0:
+        raise CliError(f"--input {path} holds no cells (shape {arr.shape}); expected an "
+                       "array with at least one cell")
+    return arr
 
 
 def _positive(flag: str, value: int) -> int:
@@ -55,18 +57,32 @@ def _shape(text: str) -> tuple[int, ...]:
         raise CliError(f"--shape {text!r}: expected sizes like 32x32") from None
     if not shape or min(shape) < 1:
         raise CliError(f"--shape {text!r}: expected positive sizes like 32x32")
+    if math.prod(shape) > MAX_CELLS:
+        raise CliError(f"--shape {text!r} has {math.prod(shape):,} cells; the checker runs "
+                       f"the operator many times on small inputs: at most {MAX_CELLS:,}")
     return shape
 
 
 def _cells(text: str) -> list[tuple[int, ...]]:
-    """--cells "r,c;r,c": output cells to check."""
+    """--cells "r,c;r,c": output cells to check (each with as many coordinates as the
+    first; whether they lie in the output is checked once the operator is bound)."""
+    parts = [p for p in text.split(";") if p.strip()]
+    odd = [p for p in parts if p.count(",") != parts[0].count(",")]
+    if odd:
+        raise CliError(f"--cells {text!r}: cell {odd[0].strip()!r} has "
+                       f"{odd[0].count(',') + 1} coordinates, the first has "
+                       f"{parts[0].count(',') + 1}; expected cells like \"3,4;10,2\"")
     try:
-        out = [tuple(int(v) for v in part.split(",")) for part in text.split(";") if part.strip()]
-    except ValueError:
-        raise CliError(f"--cells {text!r}: expected cells like \"3,4;10,2\"") from None
-    if not out:
-        raise CliError(f"--cells {text!r}: expected cells like \"3,4;10,2\"")
-    return out
+        cells = parse_cells(text, (0,) * (parts[0].count(",") + 1 if parts else 1))
+    except CellError as e:
+        raise CliError(f"--cells {text!r}: {e}; expected cells like \"3,4;10,2\"") from None
+    return [tuple(c) for c in cells.tolist()]
+
+
+def _tolerance(value: float) -> float:
+    if not math.isfinite(value) or value < 0:
+        raise CliError(f"--rtol {value}: expected a finite number >= 0")
+    return value
 
 
 def _fmt(x: float | None) -> str:
@@ -95,9 +111,12 @@ def cmd_check(args: argparse.Namespace) -> int:
         if inputs is None:
             raise CliError("--cells needs --input files (the cells are of their output)")
         cells = args.cells
+    if args.seed < 0:
+        raise CliError(f"--seed {args.seed}: expected a non-negative integer")
     rep = check_lineage(args.operator, inputs=inputs, samples=_positive("--samples", args.samples),
                         seed=args.seed, params=params or None, modes=args.mode or None,
-                        shape=shape, split=_positive("--chunks", args.chunks), rtol=args.rtol,
+                        shape=shape, split=_positive("--chunks", args.chunks),
+                        rtol=_tolerance(args.rtol),
                         cells=None if cells is None else _cells(cells))
     if args.json:
         emit_json(rep.to_json())

@@ -139,9 +139,9 @@ def _check_npy(p: Path, path: str) -> np.ndarray:
         raise StoreError(f"cannot read {path} as .npy: {msg}") from None
     if not isinstance(arr, np.ndarray):
         raise StoreError(f"input file {path} is an .npz archive; expected a single .npy array")
-    if arr.dtype.kind not in "biuf":
+    if arr.dtype.kind not in "biufU":  # text too: an input of strings may come as .npy
         raise StoreError(f"input file {path} has dtype {arr.dtype}; expected a .npy of "
-                         "numbers (bool, int, uint or float)")
+                         "numbers (bool, int, uint or float) or text")
     return arr
 
 

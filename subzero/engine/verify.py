@@ -93,17 +93,19 @@ def read_whole_shard(path: str | os.PathLike) -> int:
     meta = read_meta(path)
     data = LmdbShard(path, meta)
     n = 0
-    for table in meta.get("lmdb", {}):
-        if table == BLOBS:
-            continue
-        for keys, _values in data.scan(table):
-            n += len(keys)
-    for name in data.blob_names():
-        n += int(data.blob(name).size > 0)
-    for name, ndim in meta.get("rtree_dims", {}).items():
-        big = np.full((1, int(ndim)), 2.0 ** 62)
-        n += len(data.rtree_query(name, -big, big))
-    data.close()
+    try:  # closed even when the damaged file raises (what verify is for)
+        for table in meta.get("lmdb", {}):
+            if table == BLOBS:
+                continue
+            for keys, _values in data.scan(table):
+                n += len(keys)
+        for name in data.blob_names():
+            n += int(data.blob(name).size > 0)
+        for name, ndim in meta.get("rtree_dims", {}).items():
+            big = np.full((1, int(ndim)), 2.0 ** 62)
+            n += len(data.rtree_query(name, -big, big))
+    finally:
+        data.close()
     return n
 
 
