@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 
@@ -8,7 +9,7 @@ from subzero.cells import Box
 from subzero.chunking import Chunking, chunk_grid
 from subzero.engine import arrays, layout
 from subzero.engine.catalog import SCHEMA_VERSION, Catalog
-from subzero.errors import CatalogError, StoreError
+from subzero.errors import CatalogError, DamagedError, StoreError
 
 
 def test_catalog_schema_version_and_runs(tmp_path):
@@ -110,3 +111,63 @@ def test_queries_logged_by_a_process_are_written_when_it_exits(tmp_path):
             "c.log_query('r1', 'forward', 'x', 'y', [['y', 0]], 1, 2, 0.001, [])")
     subprocess.run([sys.executable, "-c", code, str(path)], check=True)
     assert len(Catalog(path).query_log("r1")) == 1
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "int64", "uint16", "uint8", "bool"])
+def test_chunk_files_read_what_zarr_wrote_and_write_the_same_bytes(tmp_path, dtype):
+    """Direct chunk I/O (a replay's) against zarr: every chunk reads back equal, edge chunks
+    included, and a chunk written directly is byte for byte the file zarr writes."""
+    rng = np.random.default_rng(7)
+    x = (rng.normal(size=(37, 23)) * 100).astype(dtype)
+    arrays.write_array(tmp_path / "a.zarr", x, (10, 8))
+    files = arrays.ChunkFiles.open(tmp_path / "a.zarr")
+    assert files is not None and files.keys() == [(i, j) for i in range(4) for j in range(3)]
+    got = np.zeros_like(x)
+    for k in files.keys():
+        got[files.box(k).slices] = files.read(k)
+    assert np.array_equal(got, x)
+    arrays.create_array(tmp_path / "b.zarr", x.shape, x.dtype, (10, 8))
+    other = arrays.ChunkFiles.open(tmp_path / "b.zarr")
+    for k in other.keys():
+        other.write(k, x[other.box(k).slices])
+    for k in files.keys():
+        assert other.file(k).read_bytes() == files.file(k).read_bytes(), k
+    assert np.array_equal(arrays.read_array(tmp_path / "b.zarr"), x)
+    assert files.keys(Box((9, 7), (11, 17))) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+
+
+def test_chunk_files_refuse_what_they_cannot_vouch_for_and_name_damage(tmp_path):
+    arrays.write_array(tmp_path / "t.zarr", np.array([["a", "bc"]]), (1, 2))
+    assert arrays.ChunkFiles.open(tmp_path / "t.zarr") is None  # text: zarr's business
+    assert arrays.ChunkFiles.open(tmp_path / "none.zarr") is None
+    arrays.write_array(tmp_path / "a.zarr", np.arange(20.0).reshape(4, 5), (2, 5))
+    files = arrays.ChunkFiles.open(tmp_path / "a.zarr")
+    files.file((1, 0)).unlink()
+    with pytest.raises(DamagedError, match=r"array 'a' chunk 1\.0 is missing"):
+        files.read((1, 0))
+    files.file((0, 0)).write_bytes(b"garbage")
+    with pytest.raises(DamagedError, match=r"array 'a' chunk 0\.0 cannot be read"):
+        files.read((0, 0))
+    with pytest.raises(StoreError, match="shape"):
+        files.write((0, 0), np.zeros((3, 5)))
+
+
+def test_a_chunk_written_over_a_hard_link_leaves_the_linked_file_alone(tmp_path):
+    """A replay links the parent's chunk files into the derived run: writing a chunk
+    renames a new file over the link, never writes through it."""
+    x = np.arange(20.0).reshape(4, 5)
+    arrays.write_array(tmp_path / "a.zarr", x, (2, 5))
+    (tmp_path / "b.zarr").mkdir()
+    meta = (tmp_path / "a.zarr" / "zarr.json").read_bytes()
+    (tmp_path / "b.zarr" / "zarr.json").write_bytes(meta)
+    src = arrays.ChunkFiles.open(tmp_path / "a.zarr")
+    for k in src.keys():
+        target = arrays.chunk_file(tmp_path / "b.zarr", k)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.link(src.file(k), target)
+    dst = arrays.ChunkFiles.open(tmp_path / "b.zarr")
+    dst.write((1, 0), np.full((2, 5), -1.0))
+    assert np.array_equal(arrays.read_array(tmp_path / "a.zarr"), x)
+    assert dst.file((0, 0)).stat().st_ino == src.file((0, 0)).stat().st_ino
+    assert dst.file((1, 0)).stat().st_ino != src.file((1, 0)).stat().st_ino
+    assert np.array_equal(arrays.read_array(tmp_path / "b.zarr")[2:], np.full((2, 5), -1.0))

@@ -103,38 +103,40 @@ def _check_2d(op: UDF, shapes: Sequence[Shape]) -> Shape:
 
 def _mirror(i: np.ndarray, n: int) -> np.ndarray:
     """Indices reflected into ``0..n-1`` about the edge pixels (scipy's ``mode="mirror"``:
-    -1 -> 1, n -> n - 2). A mirrored index lies within the window's radius of its centre."""
+    -1 -> 1, n -> n - 2). A mirrored index lies within the window's radius of its centre.
+
+    >>> _mirror(np.array([-2, -1, 0, 4, 5, 6]), 5).tolist()
+    [2, 1, 0, 4, 3, 2]
+    """
     if n == 1:
         return np.zeros_like(i)
     period = 2 * (n - 1)
-    m = np.abs(i) % period
-    return np.where(m > n - 1, period - m, m)
-
-
-def _offsets(radius: int) -> tuple[np.ndarray, np.ndarray]:
-    r = np.arange(-radius, radius + 1)
-    dy, dx = np.meshgrid(r, r, indexing="ij")
-    return dy.reshape(-1), dx.reshape(-1)
+    if i.size and (i.min() < -(n - 1) or i.max() > period):  # beyond one reflection
+        m = np.abs(i) % period
+        return np.where(m > n - 1, period - m, m)
+    return np.where(i < 0, -i, np.where(i > n - 1, period - i, i))
 
 
 def _windows(centres: np.ndarray, shape: Shape, radius: int, boundary: str
              ) -> tuple[np.ndarray, np.ndarray | None]:
     """Flat indices of the ``(2r+1)^2`` window around each centre (flat indices), as an
-    ``(n, (2r+1)^2)`` array. ``boundary``: ``"mirror"`` reflects, ``"nearest"`` clamps,
-    ``"valid"`` clamps and also returns a mask of the in-array window cells."""
+    ``(n, (2r+1)^2)`` array, row by row (offsets ``dy`` slowest, ``dx`` fastest). ``boundary``:
+    ``"mirror"`` reflects, ``"nearest"`` clamps, ``"valid"`` clamps and also returns a mask
+    of the in-array window cells. The rows and columns are reflected or clamped once per
+    centre (``2r+1`` of each), then combined."""
     h, w = shape
     cy, cx = np.divmod(np.asarray(centres, dtype=np.int64), w)
-    dy, dx = _offsets(radius)
-    yy = cy[:, None] + dy[None, :]
-    xx = cx[:, None] + dx[None, :]
+    r = np.arange(-radius, radius + 1)
+    ys, xs = cy[:, None] + r, cx[:, None] + r
     valid = None
     if boundary == "mirror":
-        yy, xx = _mirror(yy, h), _mirror(xx, w)
+        ys, xs = _mirror(ys, h), _mirror(xs, w)
     else:
         if boundary == "valid":
-            valid = (yy >= 0) & (yy < h) & (xx >= 0) & (xx < w)
-        yy, xx = np.clip(yy, 0, h - 1), np.clip(xx, 0, w - 1)
-    return yy * w + xx, valid
+            valid = (((ys >= 0) & (ys < h))[:, :, None]
+                     & ((xs >= 0) & (xs < w))[:, None, :]).reshape(len(cy), -1)
+        ys, xs = np.clip(ys, 0, h - 1), np.clip(xs, 0, w - 1)
+    return (ys[:, :, None] * w + xs[:, None, :]).reshape(len(cy), -1), valid
 
 
 def _window_median(values: np.ndarray, centres: np.ndarray, shape: Shape, radius: int
@@ -1129,9 +1131,10 @@ class StarDetect(_IdentityDefault, UDF):
         if not (ctx.composite or ctx.payload or ctx.full):
             return labels
         _, stars = star_pixels(labels)
-        background = np.flatnonzero(labels.reshape(-1) == 0).astype(np.uint64)
         if (ctx.composite or ctx.payload) and len(stars):
             ctx.lwrite_pairs(stars, payloads=encode_stars(stars, self.out_shape))
+        background = (np.flatnonzero(labels.reshape(-1) == 0).astype(np.uint64)
+                      if ctx.payload or ctx.full else np.empty(0, dtype=np.uint64))
         if ctx.payload and len(background):
             ctx.lwrite(background, payload=bytes([TAG_IDENTITY]))
         if ctx.full:

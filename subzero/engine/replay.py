@@ -46,6 +46,7 @@ from subzero.cells import Box
 from subzero.chunking import chunk_key, task_grid
 from subzero.engine import arrays, layout
 from subzero.engine.catalog import Catalog, shard_row
+from subzero.engine.heap import keep_freed_memory
 from subzero.engine.runs import LoadedRun
 from subzero.engine.tasks import make_jobs, raise_task_error, run_jobs, run_task
 from subzero.errors import ReplayError, StoreError
@@ -60,11 +61,8 @@ Reach = Callable[[str, int, np.ndarray], np.ndarray]
 SPARK_CELLS = 1 << 22
 #: a changed array lists its changed cells when it has at most this many
 LIST_CELLS = 20
-#: arrays of at most this many cells are held whole in memory while replaying (the next
-#: operator reads them from there, not from zarr)
-CACHE_CELLS = 1 << 23
-#: at most this many bytes of whole arrays held in memory by one replay (beyond it,
-#: operators read their inputs from zarr and compare tile by tile)
+#: at most this many bytes of the parent's decoded chunks held by one replay (beyond it,
+#: chunks are decoded again each time they are read)
 CACHE_BYTES = 1 << 30
 #: threads writing recomputed blocks (and reading the parent's) while operators compute
 WRITERS = 2
@@ -241,8 +239,45 @@ def _bbox(mask: np.ndarray, within: Box) -> Box | None:
 
 
 # -- the derived run ------------------------------------------------------------------------
+#: a chunk's grid index; cached chunks are keyed by (array, chunk index)
+Key = tuple[int, ...]
+
+
+def _link(src: Path, dst: Path) -> None:
+    """``dst`` the same file as ``src`` (a hard link; a copy where links are refused)."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+
+
+def _assemble(files: arrays.ChunkFiles, box: Box, chunk: Callable[[Key], np.ndarray]
+              ) -> np.ndarray:
+    """The cells of ``box`` from the chunks ``chunk(key)`` (a view when one chunk holds
+    them: never written to)."""
+    keys = files.keys(box)
+    if len(keys) == 1:
+        return chunk(keys[0])[box.relative_to(files.box(keys[0]))]
+    out = np.empty(box.shape, dtype=files.dtype)
+    for k in keys:
+        cb = files.box(k)
+        inter = cb.intersect(box)
+        out[inter.relative_to(box)] = chunk(k)[inter.relative_to(cb)]
+    return out
+
+
 @dataclass
 class _Derived:
+    """The derived run while it is built, and the chunks the replay holds in memory.
+
+    Arrays whose chunks :class:`arrays.ChunkFiles` can read and write directly (numeric,
+    Blosc) are handled chunk by chunk: the parent's chunks are decoded once (in the
+    background where they can be foreseen) and kept while a later operator may read them;
+    a recomputed array starts as hard links to the parent's chunk files and each chunk it
+    rewrites is written whole, in the background, to a new file renamed over the link (the
+    parent's file is never opened for writing). Other arrays (text) go through zarr.
+    """
+
     parent: LoadedRun
     rid: str
     home: Path
@@ -251,19 +286,21 @@ class _Derived:
     shard_rows: list[dict[str, Any]] = field(default_factory=list)
     present: set[str] = field(default_factory=set)  # arrays the derived run holds
     written: set[str] = field(default_factory=set)  # arrays it holds its own copy of
-    #: whole arrays held in memory (those of at most CACHE_CELLS cells): the derived
-    #: run's values, and the parent's (for the comparison)
-    values: dict[str, np.ndarray] = field(default_factory=dict)
-    old: dict[str, np.ndarray] = field(default_factory=dict)
-    #: the blocks each recomputed array got (the next operator's tiles read them first)
-    blocks: dict[str, list[tuple[Box, np.ndarray]]] = field(default_factory=dict)
-    #: block writes still in flight, per array (written while the next operator computes)
+    #: the parent's chunk files per array (None: read through zarr)
+    old_files: dict[str, arrays.ChunkFiles | None] = field(default_factory=dict)
+    #: the derived run's chunk files of the arrays it rewrites chunk by chunk
+    fast: dict[str, arrays.ChunkFiles] = field(default_factory=dict)
+    own: dict[str, set[Key]] = field(default_factory=dict)  # chunks rewritten, per array
+    dirty: dict[str, set[Key]] = field(default_factory=dict)  # rewritten, not yet written
+    #: decoded chunks: the parent's (or the future decoding one), and the rewritten ones
+    old_chunks: dict[tuple[str, Key], Any] = field(default_factory=dict)
+    new_chunks: dict[tuple[str, Key], np.ndarray] = field(default_factory=dict)
+    held: int = 0  # bytes of the chunks held in ``old_chunks`` and ``new_chunks``
+    chunk_writes: dict[tuple[str, Key], Future] = field(default_factory=dict)
+    #: zarr block writes still in flight, per array (arrays zarr writes)
     writes: dict[str, list[Future]] = field(default_factory=dict)
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
         max_workers=WRITERS, thread_name_prefix="subzero-replay-io"))
-    #: the parent's arrays being read in the background
-    reading: dict[str, Future] = field(default_factory=dict)
-    held: int = 0  # bytes of the arrays held in ``values`` and ``old``
     #: threads computing the tiles of one large operator at once (numpy releases the GIL)
     compute: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
         max_workers=COMPUTE, thread_name_prefix="subzero-replay-tile"))
@@ -280,10 +317,165 @@ class _Derived:
         os.symlink(target, self.path(name), target_is_directory=True)
         self.present.add(name)
 
-    def write(self, name: str, box: Box, block: np.ndarray) -> None:
-        """Write a recomputed block of ``name`` (in the background)."""
-        self.writes.setdefault(name, []).append(
-            self.pool.submit(arrays.write_block, self.path(name), box, block))
+    def ensure(self, name: str) -> None:
+        """Array ``name`` in the derived run: the parent's, linked, unless already there."""
+        if name not in self.present:
+            self.link(name)
+
+    # -- the parent's chunks ----------------------------------------------------------------
+    def parent_files(self, name: str) -> arrays.ChunkFiles | None:
+        if name not in self.old_files:
+            self.old_files[name] = arrays.ChunkFiles.open(self.parent_path(name).resolve())
+        return self.old_files[name]
+
+    def _nbytes(self, files: arrays.ChunkFiles, key: Key) -> int:
+        return files.box(key).size * files.dtype.itemsize
+
+    def prefetch(self, name: str, keys: Sequence[Key]) -> None:
+        """Start decoding the parent's chunks ``keys`` of ``name`` in the background."""
+        files = self.parent_files(name)
+        if files is None:
+            return
+        for k in keys:
+            n = self._nbytes(files, k)
+            if (name, k) not in self.old_chunks and self.held + n <= CACHE_BYTES:
+                self.held += n
+                self.old_chunks[(name, k)] = self.pool.submit(files.read, k)
+
+    def prefetch_inputs(self, start: str, box: Box | None, needed: set[str]) -> None:
+        """Start decoding, in run order, the parent's chunks of the arrays the replayed
+        operators read but the replay does not change: those under ``box`` (the changed
+        cells of ``start``) for an operator no global one precedes, every chunk for the
+        others (a global operator's change reaches everything after it)."""
+        wf = self.parent.workflow
+        after_global = False
+        seen = {start}
+        for name in wf.order:
+            if name not in needed:
+                continue
+            after_global = after_global or wf.ops[name].parallelism.kind == "global"
+            for src in wf.nodes[name].inputs:
+                if src in needed or src in seen:
+                    continue
+                seen.add(src)
+                files = self.parent_files(src)
+                if files is None:
+                    continue
+                if after_global:
+                    self.prefetch(src, files.keys())
+                elif box is not None and files.shape == wf.array_shape(start):
+                    self.prefetch(src, files.keys(box))
+
+    def old_chunk(self, name: str, key: Key) -> np.ndarray:
+        got = self.old_chunks.get((name, key))
+        if isinstance(got, Future):
+            got = self.old_chunks[(name, key)] = got.result()
+        if got is None:
+            files = self.parent_files(name)
+            assert files is not None
+            got = files.read(key)
+            if self.held + got.nbytes <= CACHE_BYTES:
+                self.held += got.nbytes
+                self.old_chunks[(name, key)] = got
+        return got
+
+    def old_box(self, name: str, box: Box) -> np.ndarray:
+        """The parent's values of ``name`` in ``box``."""
+        files = self.parent_files(name)
+        if files is None:
+            return arrays.read_box(self.parent_path(name), box)
+        return _assemble(files, box, lambda k: self.old_chunk(name, k))
+
+    # -- the derived run's values -----------------------------------------------------------
+    def new_chunk(self, name: str, key: Key) -> np.ndarray:
+        got = self.new_chunks.get((name, key))
+        if got is not None:
+            return got
+        if key not in self.own.get(name, ()):
+            return self.old_chunk(name, key)  # not rewritten: the parent's (linked) file
+        write = self.chunk_writes.get((name, key))
+        if write is not None:
+            write.result()
+        return self.fast[name].read(key)
+
+    def new_box(self, name: str, box: Box) -> np.ndarray:
+        """The derived run's values of ``name`` in ``box`` (as recomputed so far)."""
+        if name not in self.written:
+            return self.old_box(name, box)
+        files = self.fast.get(name)
+        if files is None:
+            self.wait(name)
+            return arrays.read_box(self.path(name), box)
+        return _assemble(files, box, lambda k: self.new_chunk(name, k))
+
+    def copy(self, name: str, whole: bool, rewrite: set[Key] | None) -> None:
+        """The derived run's own copy of array ``name`` to rewrite tiles of. Chunk by chunk
+        (``rewrite``: the chunks that will be rewritten): the parent's metadata, and hard
+        links to the parent's other chunk files. Otherwise through zarr: a new empty array
+        when ``whole`` will be rewritten, else every chunk file copied (zarr rewrites a
+        chunk file in place, so it must never be a link)."""
+        info = self.parent.arrays[name]
+        dst = self.path(name)
+        files = self.parent_files(name) if rewrite is not None else None
+        if files is not None:
+            dst.mkdir()
+            shutil.copyfile(files.path / "zarr.json", dst / "zarr.json")
+            for k in files.keys():
+                if k not in rewrite and not whole:
+                    target = arrays.chunk_file(dst, k)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    _link(files.file(k), target)
+            self.fast[name] = arrays.ChunkFiles(dst, files.shape, files.chunks, files.dtype,
+                                                files.fill, files.codec)
+            self.own[name] = set()
+        elif whole:
+            op = self.parent.workflow.ops[name]
+            arrays.create_array(dst, op.out_shape, op.out_dtype, info["chunks"])
+        else:
+            shutil.copytree(self.parent_path(name).resolve(), dst, symlinks=False)
+        self.present.add(name)
+        self.written.add(name)
+
+    def store(self, name: str, box: Box, block: np.ndarray) -> None:
+        """Record the recomputed cells ``box`` of ``name`` (written by :meth:`flush`, or
+        now in the background through zarr)."""
+        files = self.fast.get(name)
+        if files is None:
+            self.writes.setdefault(name, []).append(
+                self.pool.submit(arrays.write_block, self.path(name), box, block))
+            return
+        for k in files.keys(box):
+            cb = files.box(k)
+            chunk = self.new_chunks.get((name, k))
+            if chunk is None:
+                if cb == box:  # the block is the whole chunk (no other tile touches it)
+                    chunk = np.ascontiguousarray(block, dtype=files.dtype)
+                else:
+                    chunk = np.array(self.old_chunk(name, k), dtype=files.dtype)
+                self.held += chunk.nbytes
+                self.new_chunks[(name, k)] = chunk
+            if cb != box:
+                inter = cb.intersect(box)
+                chunk[inter.relative_to(cb)] = block[inter.relative_to(box)]
+            self.own[name].add(k)
+            self.dirty.setdefault(name, set()).add(k)
+
+    def flush(self, name: str) -> None:
+        """Write the chunks of ``name`` rewritten since the last flush (in the background)."""
+        files = self.fast.get(name)
+        for k in sorted(self.dirty.pop(name, ())):
+            assert files is not None
+            self.chunk_writes[(name, k)] = self.pool.submit(
+                files.write, k, self.new_chunks[(name, k)])
+
+    def release(self, names: set[str]) -> None:
+        """Forget the chunks of ``names`` (no later operator reads them)."""
+        for cache in (self.old_chunks, self.new_chunks):
+            for nk in [nk for nk in cache if nk[0] in names]:
+                v = cache.pop(nk)
+                if isinstance(v, Future):
+                    v = v.result()
+                self.held -= v.nbytes
 
     def wait(self, name: str | None = None) -> None:
         """Until the writes of array ``name`` (None: every array) are done; raises the
@@ -291,65 +483,8 @@ class _Derived:
         for key in [name] if name is not None else list(self.writes):
             for fut in self.writes.pop(key, []):
                 fut.result()
-
-    def value(self, name: str) -> np.ndarray | None:
-        """The derived run's whole array ``name`` from memory (read once), or None when it
-        is too large to hold."""
-        if name not in self.values:
-            if not self._small(name):
-                return None
-            self.wait(name)
-            if not self.keep(self.values, name, arrays.read_array(self.path(name))):
-                return None
-        return self.values[name]
-
-    def _small(self, name: str) -> bool:
-        info = self.parent.arrays[name]
-        cells = _cells(info["shape"])
-        return cells <= CACHE_CELLS and self.room(cells * 8)
-
-    def old_future(self, name: str) -> None:
-        """Start reading the parent's whole array ``name`` (if small enough to hold)."""
-        if self._small(name):
-            self.reading[name] = self.pool.submit(arrays.read_array, self.parent_path(name))
-
-    def old_value(self, name: str) -> np.ndarray | None:
-        """The parent's whole array ``name`` (None when too large to hold)."""
-        if name in self.reading:
-            self.keep(self.old, name, self.reading.pop(name).result())
-        elif name not in self.old and self._small(name):
-            self.keep(self.old, name, arrays.read_array(self.parent_path(name)))
-        return self.old.get(name)
-
-    def room(self, nbytes: int) -> bool:
-        """Whether ``nbytes`` more fit in the memory a replay holds arrays in."""
-        return self.held + nbytes <= CACHE_BYTES
-
-    def keep(self, where: dict[str, np.ndarray], name: str, value: np.ndarray) -> bool:
-        """Hold ``value`` as ``where[name]`` if it fits in :data:`CACHE_BYTES`."""
-        if not self.room(value.nbytes):
-            return False
-        self.held += value.nbytes
-        where[name] = value
-        return True
-
-    def ensure(self, name: str) -> None:
-        """Array ``name`` in the derived run: the parent's, linked, unless already there."""
-        if name not in self.present:
-            self.link(name)
-
-    def copy(self, name: str, whole: bool) -> None:
-        """The derived run's own copy of array ``name`` to rewrite tiles of: the parent's
-        (every chunk file copied, never linked), or a new empty array when ``whole`` will be
-        rewritten."""
-        info = self.parent.arrays[name]
-        if whole:
-            op = self.parent.workflow.ops[name]
-            arrays.create_array(self.path(name), op.out_shape, op.out_dtype, info["chunks"])
-        else:
-            shutil.copytree(self.parent_path(name).resolve(), self.path(name), symlinks=False)
-        self.present.add(name)
-        self.written.add(name)
+        for nk in [nk for nk in self.chunk_writes if name is None or nk[0] == name]:
+            self.chunk_writes.pop(nk).result()
 
 
 def _set_cells(d: _Derived, name: str, mask: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -357,16 +492,17 @@ def _set_cells(d: _Derived, name: str, mask: np.ndarray, values: np.ndarray) -> 
     returns the mask of cells whose value changed."""
     box = _bbox(mask, Box.full(mask.shape))
     changed = np.zeros(mask.shape, dtype=bool)
-    d.copy(name, whole=False)
+    files = d.parent_files(name)
+    d.copy(name, whole=False,
+           rewrite=None if files is None else set(files.keys(box) if box else []))
     if box is None:
         return changed
-    old = arrays.read_box(d.parent_path(name), box)
-    new = old.copy()
-    sub = mask[box.slices]
-    new[sub] = values
-    d.write(name, box, new)
+    old = d.old_box(name, box)
+    new = np.array(old)
+    new[mask[box.slices]] = values
+    d.store(name, box, new)
+    d.flush(name)
     changed[box.slices] = differs(old, new)
-    d.blocks[name] = [(box, new)]
     return changed
 
 
@@ -401,45 +537,33 @@ def _recompute(d: _Derived, name: str, reach: np.ndarray, spark: Any, where: str
     for src in node.inputs:
         d.ensure(src)
     whole = cells == _cells(op.out_shape)
-    d.copy(name, whole=whole)
     use_spark = where == "spark" or (where == "auto" and spark is not None
                                      and cells > SPARK_CELLS and len(tiles) > 1)
+    files = None if use_spark else d.parent_files(name)
+    rewrite = None if files is None else {k for _, b in tiles for k in files.keys(b)}
+    d.copy(name, whole=whole, rewrite=rewrite)
+    if rewrite:  # the parent's chunks: to compare with (and to patch, for part of one)
+        d.prefetch(name, sorted(rewrite))
     jobs = make_jobs(d.home, d.rid, op, [d.path(s) for s in node.inputs],
                      d.path(name) if use_spark else None, tiles, stored,
                      capture_modes(strategies))
     changed = np.zeros(op.out_shape, dtype=bool)
-    if whole and name not in d.old:  # the parent's array, read while the tiles compute
-        d.old_future(name)
     if use_spark:
-        for src in node.inputs:
-            d.wait(src)
+        d.wait()
         results = run_jobs(jobs, spark, f"{d.rid}: replay {name}")
         raise_task_error(name, results)
         # read back one block at a time: a large operator's blocks are never all held
         blocks: Any = ((j.chunk.out_box, arrays.read_box(d.path(name), j.chunk.out_box))
                        for j in jobs)
     else:
-        results, blocks = _run_here(d, op, node.inputs, jobs, whole, cells), []
+        results, blocks = _run_here(d, op, node.inputs, jobs, cells), []
         for res in results:
             blocks.append(res.pop("block"))
-    old_whole = d.old_value(name) if whole or name in d.old else None
-    new_whole = None
-    if old_whole is not None and d.room(old_whole.nbytes):
-        new_whole = np.empty_like(old_whole) if whole else old_whole.copy()
-    kept, held = [], 0
+        d.flush(name)
     for box, new in blocks:
-        old = (old_whole[box.slices] if old_whole is not None
-               else arrays.read_box(d.parent_path(name), box))
+        old = d.old_box(name, box)
         changed[box.slices] = differs(old, np.asarray(new, dtype=old.dtype)
                                       if old.dtype.kind not in "UOT" else new)
-        if new_whole is not None:
-            new_whole[box.slices] = new
-        held += box.size
-        if not whole and held <= CACHE_CELLS:
-            kept.append((box, new))
-    d.blocks[name] = kept if held <= CACHE_CELLS else []
-    if new_whole is not None:
-        d.keep(d.values, name, new_whole)
     for s in stored:
         remove_unpublished(layout.strategy_dir(d.home, d.rid, name, s.name))
     keys = set()
@@ -454,53 +578,31 @@ def _recompute(d: _Derived, name: str, reach: np.ndarray, spark: Any, where: str
                        time.perf_counter() - t0, _few(changed)), changed
 
 
-def _run_here(d: _Derived, op: Any, inputs: Sequence[str], jobs: Sequence[Any], whole: bool,
-              cells: int) -> list[dict[str, Any]]:
+def _run_here(d: _Derived, op: Any, inputs: Sequence[str], jobs: Sequence[Any], cells: int
+              ) -> list[dict[str, Any]]:
     """Run the tiles in this process (several at once on threads when they are large),
-    inputs from memory where :func:`_memory` finds them; each result carries its output
-    ``block`` (box, values as a run stores them), also written in the background."""
-    memories = [_memory(d, j, inputs, whole) for j in jobs]
+    every input block from :meth:`_Derived.new_box`; each result carries its output
+    ``block`` (box, values as a run stores them), also stored in the derived run."""
 
-    def one(job_mine: tuple[Any, dict]) -> dict[str, Any]:
-        j, mine = job_mine
-        ins = tuple(src if src in mine else None for src in inputs)
-        return run_task(replace(j, memory=ins), mine)
+    def one(j: Any) -> dict[str, Any]:
+        mine = {src: (j.chunk.in_boxes[i], d.new_box(src, j.chunk.in_boxes[i]))
+                for i, src in enumerate(inputs)}
+        res = run_task(replace(j, memory=tuple(inputs)), mine)
+        if "error" not in res:
+            res["block"] = mine[op.name]
+        return res
 
     many = COMPUTE > 1 and len(jobs) > 1 and cells >= THREAD_CELLS
-    done = (list(d.compute.map(one, zip(jobs, memories))) if many
-            else [one(jm) for jm in zip(jobs, memories)])
-    for res, mine in zip(done, memories):
+    done = list(d.compute.map(one, jobs)) if many else [one(j) for j in jobs]
+    for res in done:
         raise_task_error(op.name, [res])
-        box, block = mine[op.name]
+        box, block = res["block"]
         block = np.asarray(block)
         if block.dtype != op.out_dtype and op.out_dtype.kind not in "UOT":
             block = block.astype(op.out_dtype)  # as a run stores it
-        d.write(op.name, box, block)
+        d.store(op.name, box, block)
         res["block"] = (box, block)
     return done
-
-
-def _memory(d: _Derived, job: Any, inputs: Sequence[str], whole: bool
-            ) -> dict[str, tuple[Box, np.ndarray]]:
-    """The input blocks a driver task reads from memory: a block the input's own replay
-    just computed that holds the box the task reads, else the input whole when it is held
-    (or, for a whole recompute, small enough to hold); the others it reads from zarr, once
-    their writes are done."""
-    out = {}
-    for i, src in enumerate(inputs):
-        want = job.chunk.in_boxes[i]
-        got = next(((b, v) for b, v in d.blocks.get(src, []) if b.contains_box(want)), None)
-        if got is None:
-            v = d.values.get(src)
-            if v is None and whole:
-                v = d.value(src)
-            if v is not None:
-                got = (Box.full(v.shape), v)
-        if got is None:
-            d.wait(src)
-        else:
-            out[src] = got
-    return out
 
 
 def _few(mask: np.ndarray) -> list[list[int]] | None:
@@ -525,6 +627,17 @@ def _needed(wf: Any, start: str, to: Sequence[str] | None) -> set[str]:
             up.add(n)
             todo.extend(s for s in wf.nodes[n].inputs if s in wf.nodes)
     return down & up
+
+
+def _last_reads(wf: Any, start: str, needed: set[str]) -> dict[str, int]:
+    """For each array a replay may hold chunks of, the step (index in ``wf.order``) of the
+    last operator that reads or makes it."""
+    last: dict[str, int] = {start: -1}
+    for step, name in enumerate(wf.order):
+        if name in needed or name == start:
+            for a in (*wf.nodes[name].inputs, name):
+                last[a] = step
+    return last
 
 
 def _sinks(wf: Any) -> list[str]:
@@ -598,38 +711,8 @@ def replay_run(parent: LoadedRun, array: str, mask: np.ndarray, values: np.ndarr
     res = ReplayResult(rid, parent.id, wf.name, array, n, value_text, outputs=outputs,
                        parent_runtime_s=parent.info.get("runtime_s"))
     try:
-        layout.arrays_dir(home, rid).mkdir(parents=True, exist_ok=False)
-        shutil.copyfile(layout.workflow_path(home, parent.id), layout.workflow_path(home, rid))
-        t0 = time.perf_counter()
-        changed = {array: _set_cells(d, array, mask, values)}
-        res.arrays.append(ArrayReplay(array, mask.shape, n, int(changed[array].sum()), 0, 0, 0,
-                                      time.perf_counter() - t0, _few(changed[array])))
-        for name in wf.order:
-            if name == array:
-                continue
-            node = wf.nodes[name]
-            hit = [(i, s) for i, s in enumerate(node.inputs)
-                   if s in changed and changed[s].any()]
-            if not hit:
-                continue
-            if name not in needed:
-                res.not_replayed.append(name)
-                continue
-            op = wf.ops[name]
-            if any(changed[s].all() for _, s in hit):
-                got = np.ones(op.out_shape, dtype=bool)  # a superset; the diff narrows it
-            else:
-                got = np.zeros(op.out_shape, dtype=bool)
-                for i, s in hit:
-                    got |= np.asarray(reach(name, i, changed[s]), dtype=bool)
-            if not got.any():
-                continue
-            one, changed[name] = _recompute(d, name, got, spark, where)
-            res.arrays.append(one)
-            if notify is not None:
-                notify(f"replayed {name}: {one.tiles}/{one.tiles_total} tiles, "
-                       f"{one.changed} cells changed")
-        d.wait()
+        with keep_freed_memory():
+            _replay(d, res, array, mask, values, reach, needed, spark, where, notify)
         _finish(d, res, t_start)
         return res
     except BaseException as e:
@@ -643,6 +726,49 @@ def replay_run(parent: LoadedRun, array: str, mask: np.ndarray, values: np.ndarr
         d.compute.shutdown(wait=True)
         d.pool.shutdown(wait=True)
         cat.close()
+
+
+def _replay(d: _Derived, res: ReplayResult, array: str, mask: np.ndarray, values: np.ndarray,
+            reach: Reach, needed: set[str], spark: Any, where: str,
+            notify: Callable[[str], None] | None) -> None:
+    """The replay's steps (:func:`replay_run`): set the cells, then recompute downstream."""
+    home, rid, parent, wf = d.home, d.rid, d.parent, d.parent.workflow
+    n = len(values)
+    layout.arrays_dir(home, rid).mkdir(parents=True, exist_ok=False)
+    shutil.copyfile(layout.workflow_path(home, parent.id), layout.workflow_path(home, rid))
+    t0 = time.perf_counter()
+    changed = {array: _set_cells(d, array, mask, values)}
+    res.arrays.append(ArrayReplay(array, mask.shape, n, int(changed[array].sum()), 0, 0, 0,
+                                  time.perf_counter() - t0, _few(changed[array])))
+    last = _last_reads(wf, array, needed)
+    d.prefetch_inputs(array, _bbox(mask, Box.full(mask.shape)), needed)
+    for step, name in enumerate(wf.order):
+        d.release({a for a, i in last.items() if i == step - 1})
+        if name == array:
+            continue
+        node = wf.nodes[name]
+        hit = [(i, s) for i, s in enumerate(node.inputs)
+               if s in changed and changed[s].any()]
+        if not hit:
+            continue
+        if name not in needed:
+            res.not_replayed.append(name)
+            continue
+        op = wf.ops[name]
+        if any(changed[s].all() for _, s in hit):
+            got = np.ones(op.out_shape, dtype=bool)  # a superset; the diff narrows it
+        else:
+            got = np.zeros(op.out_shape, dtype=bool)
+            for i, s in hit:
+                got |= np.asarray(reach(name, i, changed[s]), dtype=bool)
+        if not got.any():
+            continue
+        one, changed[name] = _recompute(d, name, got, spark, where)
+        res.arrays.append(one)
+        if notify is not None:
+            notify(f"replayed {name}: {one.tiles}/{one.tiles_total} tiles, "
+                   f"{one.changed} cells changed")
+    d.wait()
 
 
 def _finish(d: _Derived, res: ReplayResult, t_start: float) -> None:
