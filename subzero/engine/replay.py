@@ -342,11 +342,12 @@ class _Derived:
                 self.held += n
                 self.old_chunks[(name, k)] = self.pool.submit(files.read, k)
 
-    def prefetch_inputs(self, start: str, box: Box | None, needed: set[str]) -> None:
-        """Start decoding, in run order, the parent's chunks of the arrays the replayed
-        operators read but the replay does not change: those under ``box`` (the changed
-        cells of ``start``) for an operator no global one precedes, every chunk for the
-        others (a global operator's change reaches everything after it)."""
+    def prefetch_all(self, start: str, box: Box | None, needed: set[str]) -> None:
+        """Start decoding, in run order, the parent's chunks the replay will likely read:
+        of each replayed operator's output (to compare with) and of the arrays it reads
+        that the replay does not change; those under ``box`` (the changed cells of
+        ``start``) up to the first global operator, every chunk after it (a global
+        operator's change reaches everything after it)."""
         wf = self.parent.workflow
         after_global = False
         seen = {start}
@@ -354,8 +355,8 @@ class _Derived:
             if name not in needed:
                 continue
             after_global = after_global or wf.ops[name].parallelism.kind == "global"
-            for src in wf.nodes[name].inputs:
-                if src in needed or src in seen:
+            for src in (*wf.nodes[name].inputs, name):
+                if src in seen or (src in needed and src != name):
                     continue
                 seen.add(src)
                 files = self.parent_files(src)
@@ -741,7 +742,7 @@ def _replay(d: _Derived, res: ReplayResult, array: str, mask: np.ndarray, values
     res.arrays.append(ArrayReplay(array, mask.shape, n, int(changed[array].sum()), 0, 0, 0,
                                   time.perf_counter() - t0, _few(changed[array])))
     last = _last_reads(wf, array, needed)
-    d.prefetch_inputs(array, _bbox(mask, Box.full(mask.shape)), needed)
+    d.prefetch_all(array, _bbox(mask, Box.full(mask.shape)), needed)
     for step, name in enumerate(wf.order):
         d.release({a for a, i in last.items() if i == step - 1})
         if name == array:
