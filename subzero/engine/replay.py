@@ -243,7 +243,7 @@ def _bbox(mask: np.ndarray, within: Box) -> Box | None:
 Key = tuple[int, ...]
 
 
-def _link(src: Path, dst: Path) -> None:
+def _link(src: str, dst: str) -> None:
     """``dst`` the same file as ``src`` (a hard link; a copy where links are refused)."""
     try:
         os.link(src, dst)
@@ -286,6 +286,7 @@ class _Derived:
     shard_rows: list[dict[str, Any]] = field(default_factory=list)
     present: set[str] = field(default_factory=set)  # arrays the derived run holds
     written: set[str] = field(default_factory=set)  # arrays it holds its own copy of
+    resolved: dict[str, Path] = field(default_factory=dict)  # see parent_dir
     #: the parent's chunk files per array (None: read through zarr)
     old_files: dict[str, arrays.ChunkFiles | None] = field(default_factory=dict)
     #: the derived run's chunk files of the arrays it rewrites chunk by chunk
@@ -311,9 +312,16 @@ class _Derived:
     def parent_path(self, name: str) -> Path:
         return layout.array_path(self.home, self.parent.id, name)
 
+    def parent_dir(self, name: str) -> Path:
+        """The directory holding the parent's array ``name`` (its links resolved)."""
+        got = self.resolved.get(name)
+        if got is None:
+            got = self.resolved[name] = self.parent_path(name).resolve()
+        return got
+
     def link(self, name: str) -> None:
         """Reference the parent's array (unchanged): a relative symbolic link."""
-        target = os.path.relpath(self.parent_path(name).resolve(), self.path(name).parent)
+        target = os.path.relpath(self.parent_dir(name), self.path(name).parent)
         os.symlink(target, self.path(name), target_is_directory=True)
         self.present.add(name)
 
@@ -325,7 +333,7 @@ class _Derived:
     # -- the parent's chunks ----------------------------------------------------------------
     def parent_files(self, name: str) -> arrays.ChunkFiles | None:
         if name not in self.old_files:
-            self.old_files[name] = arrays.ChunkFiles.open(self.parent_path(name).resolve())
+            self.old_files[name] = arrays.ChunkFiles.open(self.parent_dir(name))
         return self.old_files[name]
 
     def _nbytes(self, files: arrays.ChunkFiles, key: Key) -> int:
@@ -421,11 +429,17 @@ class _Derived:
         if files is not None:
             dst.mkdir()
             shutil.copyfile(files.path / "zarr.json", dst / "zarr.json")
-            for k in files.keys():
-                if k not in rewrite and not whole:
-                    target = arrays.chunk_file(dst, k)
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    _link(files.file(k), target)
+            if not whole:
+                src_c, dst_c, made = str(files.path / "c"), str(dst / "c"), set()
+                for k in files.keys():
+                    if k in rewrite:
+                        continue
+                    rel = [str(i) for i in k]
+                    folder = os.path.join(dst_c, *rel[:-1])
+                    if folder not in made:
+                        os.makedirs(folder, exist_ok=True)
+                        made.add(folder)
+                    _link(os.path.join(src_c, *rel), os.path.join(folder, rel[-1]))
             self.fast[name] = arrays.ChunkFiles(dst, files.shape, files.chunks, files.dtype,
                                                 files.fill, files.codec)
             self.own[name] = set()
@@ -788,8 +802,9 @@ def _finish(d: _Derived, res: ReplayResult, t_start: float) -> None:
     d.cat.inherit_rows(d.parent.id, d.rid, arrays=sorted(d.present), operators=ops,
                        skip_shards={(op, c) for op, cs in d.recomputed.items() for c in cs})
     d.cat.add_shards(d.rid, d.shard_rows)
-    for name in d.written:
-        d.cat.set_array_bytes(d.rid, name, arrays.stored_bytes(d.path(name)))
+    written = {name: arrays.stored_bytes(d.path(name)) for name in d.written}
+    for name, nbytes in written.items():
+        d.cat.set_array_bytes(d.rid, name, nbytes)
     full = sum(int(np.prod(wf.ops[n].out_shape, dtype=np.int64)) for n in wf.order)
     res.full_cells = full
     res.recomputed_cells = sum(a.recomputed for a in res.arrays)
@@ -798,4 +813,4 @@ def _finish(d: _Derived, res: ReplayResult, t_start: float) -> None:
                   for r in d.cat.shards(d.rid))
     d.cat.finish_run(d.rid, "complete", runtime_s=res.runtime_s,
                      input_bytes=d.parent.info.get("input_bytes"), lineage_bytes=lineage,
-                     array_bytes=sum(arrays.stored_bytes(d.path(n)) for n in d.written))
+                     array_bytes=sum(written.values()))
