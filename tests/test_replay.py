@@ -193,6 +193,19 @@ def test_replay_recomputes_only_the_tiles_the_change_reaches(parents):
     assert not differs(run.array("smooth")[8:], new2.array("smooth")[8:]).any()
 
 
+def test_a_chunk_whose_cells_did_not_change_is_the_parents_file(parents):
+    """Cells set to the values they hold change nothing: the rewritten chunk is the
+    parent's file (a hard link), and nothing downstream is recomputed."""
+    run = parents("example")
+    same = run.array("image")[5:7, 5:7]
+    new = run.replay("image", Box((5, 5), (7, 7)), values=same, quiet=True)
+    assert [(a.name, a.changed) for a in new.replayed.arrays] == [("image", 0)]
+    mine = new.home / "runs" / new.id / "arrays" / "image.zarr" / "c" / "0" / "0"
+    theirs = run.home / "runs" / run.id / "arrays" / "image.zarr" / "c" / "0" / "0"
+    assert mine.stat().st_ino == theirs.stat().st_ino
+    assert not differs(new.array("image"), run.array("image")).any()
+
+
 @pytest.mark.slow
 def test_derived_run_answers_lineage_queries(parents):
     """Backward lineage of a recomputed tile in the derived run: the UDF's stored lineage

@@ -406,10 +406,12 @@ class Catalog:
                  nbytes, stored_bytes, None if origin is None else json.dumps(origin)),
             )
 
-    def set_array_bytes(self, rid: str, name: str, stored_bytes: int) -> None:
+    def set_array_bytes(self, rid: str, stored_bytes: dict[str, int]) -> None:
+        """Set the bytes on disk of arrays of run ``rid`` (name -> bytes), in one
+        transaction."""
         with self.tx() as db:
-            db.execute("UPDATE arrays SET stored_bytes = ? WHERE run = ? AND name = ?",
-                       (stored_bytes, rid, name))
+            db.executemany("UPDATE arrays SET stored_bytes = ? WHERE run = ? AND name = ?",
+                           [(n, rid, name) for name, n in stored_bytes.items()])
 
     def arrays(self, rid: str) -> dict[str, dict[str, Any]]:
         out = {}

@@ -316,7 +316,8 @@ class _Derived:
         """The directory holding the parent's array ``name`` (its links resolved)."""
         got = self.resolved.get(name)
         if got is None:
-            got = self.resolved[name] = self.parent_path(name).resolve()
+            path = self.parent_path(name)  # a derived parent's unchanged arrays are links
+            got = self.resolved[name] = path.resolve() if path.is_symlink() else path
         return got
 
     def link(self, name: str) -> None:
@@ -475,11 +476,22 @@ class _Derived:
             self.own[name].add(k)
             self.dirty.setdefault(name, set()).add(k)
 
-    def flush(self, name: str) -> None:
-        """Write the chunks of ``name`` rewritten since the last flush (in the background)."""
+    def flush(self, name: str, changed: np.ndarray | None = None) -> None:
+        """Write the chunks of ``name`` rewritten since the last flush (in the background);
+        a chunk none of whose cells ``changed`` (a mask of the array) is the parent's
+        file, linked."""
         files = self.fast.get(name)
         for k in sorted(self.dirty.pop(name, ())):
             assert files is not None
+            if changed is not None and not changed[files.box(k).slices].any():
+                parent = self.parent_files(name)
+                assert parent is not None
+                target = files.file(k)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                _link(str(parent.file(k)), str(target))
+                self.own[name].discard(k)
+                self.held -= self.new_chunks.pop((name, k)).nbytes
+                continue
             self.chunk_writes[(name, k)] = self.pool.submit(
                 files.write, k, self.new_chunks[(name, k)])
 
@@ -516,8 +528,8 @@ def _set_cells(d: _Derived, name: str, mask: np.ndarray, values: np.ndarray) -> 
     new = np.array(old)
     new[mask[box.slices]] = values
     d.store(name, box, new)
-    d.flush(name)
     changed[box.slices] = differs(old, new)
+    d.flush(name, changed)
     return changed
 
 
@@ -574,11 +586,11 @@ def _recompute(d: _Derived, name: str, reach: np.ndarray, spark: Any, where: str
         results, blocks = _run_here(d, op, node.inputs, jobs, cells), []
         for res in results:
             blocks.append(res.pop("block"))
-        d.flush(name)
     for box, new in blocks:
         old = d.old_box(name, box)
         changed[box.slices] = differs(old, np.asarray(new, dtype=old.dtype)
                                       if old.dtype.kind not in "UOT" else new)
+    d.flush(name, changed)
     for s in stored:
         remove_unpublished(layout.strategy_dir(d.home, d.rid, name, s.name))
     keys = set()
@@ -588,9 +600,12 @@ def _recompute(d: _Derived, name: str, reach: np.ndarray, spark: Any, where: str
                 d.shard_rows.append(shard_row(name, s, d.home))
                 keys.add(s["chunk"])
     d.recomputed[name] = {chunk_key(idx) for idx, _ in tiles} if stored else keys
-    return ArrayReplay(name, tuple(op.out_shape), int(np.count_nonzero(reach)),
-                       int(np.count_nonzero(changed)), len(tiles), len(grid), cells,
-                       time.perf_counter() - t0, _few(changed)), changed
+    # the reached and changed cells all lie in the tiles (disjoint): count there
+    n_changed = sum(int(np.count_nonzero(changed[b.slices])) for _, b in tiles)
+    return ArrayReplay(name, tuple(op.out_shape),
+                       sum(int(np.count_nonzero(reach[b.slices])) for _, b in tiles),
+                       n_changed, len(tiles), len(grid), cells, time.perf_counter() - t0,
+                       _few(changed, n_changed)), changed
 
 
 def _run_here(d: _Derived, op: Any, inputs: Sequence[str], jobs: Sequence[Any], cells: int
@@ -620,8 +635,8 @@ def _run_here(d: _Derived, op: Any, inputs: Sequence[str], jobs: Sequence[Any], 
     return done
 
 
-def _few(mask: np.ndarray) -> list[list[int]] | None:
-    n = int(np.count_nonzero(mask))
+def _few(mask: np.ndarray, n: int | None = None) -> list[list[int]] | None:
+    n = int(np.count_nonzero(mask)) if n is None else n
     return np.argwhere(mask).tolist() if 0 < n <= LIST_CELLS else None
 
 
@@ -753,8 +768,9 @@ def _replay(d: _Derived, res: ReplayResult, array: str, mask: np.ndarray, values
     shutil.copyfile(layout.workflow_path(home, parent.id), layout.workflow_path(home, rid))
     t0 = time.perf_counter()
     changed = {array: _set_cells(d, array, mask, values)}
-    res.arrays.append(ArrayReplay(array, mask.shape, n, int(changed[array].sum()), 0, 0, 0,
-                                  time.perf_counter() - t0, _few(changed[array])))
+    count = {array: int(np.count_nonzero(changed[array]))}  # changed cells, per array
+    res.arrays.append(ArrayReplay(array, mask.shape, n, count[array], 0, 0, 0,
+                                  time.perf_counter() - t0, _few(changed[array], count[array])))
     last = _last_reads(wf, array, needed)
     d.prefetch_all(array, _bbox(mask, Box.full(mask.shape)), needed)
     for step, name in enumerate(wf.order):
@@ -762,15 +778,14 @@ def _replay(d: _Derived, res: ReplayResult, array: str, mask: np.ndarray, values
         if name == array:
             continue
         node = wf.nodes[name]
-        hit = [(i, s) for i, s in enumerate(node.inputs)
-               if s in changed and changed[s].any()]
+        hit = [(i, s) for i, s in enumerate(node.inputs) if count.get(s, 0) > 0]
         if not hit:
             continue
         if name not in needed:
             res.not_replayed.append(name)
             continue
         op = wf.ops[name]
-        if any(changed[s].all() for _, s in hit):
+        if any(count[s] == changed[s].size for _, s in hit):
             got = np.ones(op.out_shape, dtype=bool)  # a superset; the diff narrows it
         else:
             got = np.zeros(op.out_shape, dtype=bool)
@@ -779,6 +794,7 @@ def _replay(d: _Derived, res: ReplayResult, array: str, mask: np.ndarray, values
         if not got.any():
             continue
         one, changed[name] = _recompute(d, name, got, spark, where)
+        count[name] = one.changed
         res.arrays.append(one)
         if notify is not None:
             notify(f"replayed {name}: {one.tiles}/{one.tiles_total} tiles, "
@@ -803,8 +819,7 @@ def _finish(d: _Derived, res: ReplayResult, t_start: float) -> None:
                        skip_shards={(op, c) for op, cs in d.recomputed.items() for c in cs})
     d.cat.add_shards(d.rid, d.shard_rows)
     written = {name: arrays.stored_bytes(d.path(name)) for name in d.written}
-    for name, nbytes in written.items():
-        d.cat.set_array_bytes(d.rid, name, nbytes)
+    d.cat.set_array_bytes(d.rid, written)
     full = sum(int(np.prod(wf.ops[n].out_shape, dtype=np.int64)) for n in wf.order)
     res.full_cells = full
     res.recomputed_cells = sum(a.recomputed for a in res.arrays)
