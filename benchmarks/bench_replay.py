@@ -10,14 +10,18 @@ Both sides run in one process on a warm Spark session (`local[*,4]`), with the `
 strategy, and write everything a run writes (arrays, lineage, catalog rows). The full
 re-run reads the changed exposure from a `.npy` file (the other from its FITS file); the
 replay reads the parent run. The replayed arrays are checked equal to the re-run's, bit for
-bit. Figures are medians of repeats; the target is replay <= 1/10 of the re-run's time.
+bit. Each repeat times one full re-run then one replay (interleaved, after a garbage
+collection each, so that both sides see the same drifting load of a shared machine);
+figures are medians of repeats; the target is replay <= 1/10 of the re-run's time.
 Needs the real exposures ($SUBZERO_DATA or ../shared/data); generated ones with --quick
 when they are missing.
 """
 
 from __future__ import annotations
 
+import gc
 import shutil
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -65,8 +69,14 @@ def _case(parent: Any, where: str, box: Box, build: dict, real: Any, spark: Any,
 
     full()  # warm: Python workers, caches
     replay()
-    full_med, full_times, _ = timed(full, repeat)
-    rep_med, rep_times, new = timed(replay, repeat)
+    full_times, rep_times, new = [], [], None
+    for _ in range(repeat):  # interleaved, so that both see the machine's drifting load
+        gc.collect()
+        full_times.append(timed(full, 1)[0])
+        gc.collect()
+        t, _, new = timed(replay, 1)
+        rep_times.append(t)
+    full_med, rep_med = statistics.median(full_times), statistics.median(rep_times)
     ref = Home(fulls[-1][0]).get(fulls[-1][1])
     same = {n: not bool(differs(ref.array(n), new.array(n)).any()) for n in ref.arrays}
     res = new.replayed
@@ -85,7 +95,7 @@ def _case(parent: Any, where: str, box: Box, build: dict, real: Any, spark: Any,
 
 def main() -> None:
     args = parser(__doc__.splitlines()[0]).parse_args()
-    repeat = 3 if args.quick else 5
+    repeat = 3 if args.quick else 7
     real = real_inputs()
     if real is None and not args.quick:
         sys.exit("bench_replay: the real LSST exposures are missing ($SUBZERO_DATA or "

@@ -799,12 +799,11 @@ def _replay(d: _Derived, res: ReplayResult, array: str, mask: np.ndarray, values
         if notify is not None:
             notify(f"replayed {name}: {one.tiles}/{one.tiles_total} tiles, "
                    f"{one.changed} cells changed")
-    d.wait()
 
 
 def _finish(d: _Derived, res: ReplayResult, t_start: float) -> None:
-    """Link every array the replay did not write, record the derived run's rows, mark it
-    complete."""
+    """Link every array the replay did not write, record the derived run's rows, and once
+    every chunk is written mark it complete."""
     wf = d.parent.workflow
     gone = set(res.not_replayed)
     for name in wf.order:  # what is computed from a left-out array goes too (else stale)
@@ -818,6 +817,7 @@ def _finish(d: _Derived, res: ReplayResult, t_start: float) -> None:
     d.cat.inherit_rows(d.parent.id, d.rid, arrays=sorted(d.present), operators=ops,
                        skip_shards={(op, c) for op, cs in d.recomputed.items() for c in cs})
     d.cat.add_shards(d.rid, d.shard_rows)
+    d.wait()  # the last chunks were written while the rows above were recorded
     written = {name: arrays.stored_bytes(d.path(name)) for name in d.written}
     d.cat.set_array_bytes(d.rid, written)
     full = sum(int(np.prod(wf.ops[n].out_shape, dtype=np.int64)) for n in wf.order)
