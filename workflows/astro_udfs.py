@@ -143,22 +143,43 @@ def _window_median(values: np.ndarray, centres: np.ndarray, shape: Shape, radius
                    ) -> np.ndarray:
     """The median of the mirrored ``(2r+1)^2`` window of ``values`` (flat) at each centre:
     what ``scipy.ndimage.median_filter(size=2r+1, mode="mirror")`` gives there (an odd
-    count, so an exact selection), computed only where asked."""
+    count, so an exact selection), computed only where asked.
+
+    The image is padded once by reflection (numpy's ``"reflect"`` is scipy's ``"mirror"``),
+    so a window is its centre's index in the padded image plus fixed offsets: no index is
+    reflected per window cell. Images no wider than the radius reflect per cell instead."""
     out = np.empty(len(centres), dtype=values.dtype)
     mid = (2 * radius + 1) ** 2 // 2
+    h, w = shape
+    if min(h, w) <= radius:
+        for s in range(0, len(centres), _BATCH):
+            win, _ = _windows(centres[s:s + _BATCH], shape, radius, "mirror")
+            out[s:s + _BATCH] = np.partition(values[win], mid, axis=1)[:, mid]
+        return out
+    padded = np.pad(np.asarray(values).reshape(shape), radius, mode="reflect").reshape(-1)
+    wide = w + 2 * radius
+    r = np.arange(-radius, radius + 1)
+    offsets = (r[:, None] * wide + r[None, :]).reshape(-1)
+    cy, cx = np.divmod(np.asarray(centres, dtype=np.int64), w)
+    base = (cy + radius) * wide + (cx + radius)
     for s in range(0, len(centres), _BATCH):
-        win, _ = _windows(centres[s:s + _BATCH], shape, radius, "mirror")
-        out[s:s + _BATCH] = np.partition(values[win], mid, axis=1)[:, mid]
+        win = base[s:s + _BATCH, None] + offsets[None, :]
+        out[s:s + _BATCH] = np.partition(padded[win], mid, axis=1)[:, mid]
     return out
 
 
 def _reach(centres: np.ndarray, shape: Shape, radius: int) -> np.ndarray:
-    """Flat indices (sorted, unique) of every cell in the mirrored windows of ``centres``."""
+    """Flat indices (sorted, unique) of every cell in the mirrored windows of ``centres``:
+    the centres' box dilation clipped to the image (a reflected cell lies between its
+    centre and the edge, so inside that box; every cell of the box is some centre's
+    unreflected window cell).
+
+    >>> _reach(np.array([0]), (4, 4), 1).tolist()
+    [0, 1, 4, 5]
+    """
     need = np.zeros(int(np.prod(shape)), dtype=bool)
-    for s in range(0, len(centres), _BATCH):
-        win, _ = _windows(centres[s:s + _BATCH], shape, radius, "mirror")
-        need[win.reshape(-1)] = True
-    return np.flatnonzero(need)
+    need[np.asarray(centres, dtype=np.int64)] = True
+    return np.flatnonzero(dilate(need.reshape(shape), radius))
 
 
 def _laplacian_plus(x: np.ndarray, centres: np.ndarray) -> np.ndarray:

@@ -16,7 +16,8 @@ from subzero.testing import (assert_sound_by_perturbation, bind, brute_forward, 
 from workflows.astro_data import (CRTEST_FILE, EXPOSURE_FILES, SKY, generate_scene,
                                   load_exposure, load_fits, subtract_background)
 from workflows.astro_udfs import (CR_RADIUS, SP_RADIUS, CosmicRayDetect, CosmicRayRemove,
-                                  TAG_CELLS, StarDetect, _laplacian_plus, astronomy_udfs,
+                                  TAG_CELLS, StarDetect, _laplacian_plus, _reach,
+                                  _window_median, _windows, astronomy_udfs,
                                   cr_cell_masks, cr_paths,
                                   decode_star, default_gate, lacosmic,
                                   detect_cosmic_rays, encode_stars, label_stars,
@@ -70,6 +71,21 @@ def test_laplacian_plus_equals_the_upsampling_recipe():
     want = conv.reshape(h, 2, w, 2).mean(axis=(1, 3))
     got = _laplacian_plus(x, np.arange(x.size)).reshape(x.shape)
     assert np.allclose(got, want, rtol=1e-12, atol=1e-9)
+
+
+@pytest.mark.parametrize("shape", [(9, 7), (40, 3), (2, 30), (1, 5), (4, 4)])
+@pytest.mark.parametrize("radius", [1, 2, 3])
+def test_window_medians_and_reach_equal_scipy_and_the_reflected_windows(shape, radius):
+    """Medians at chosen centres equal scipy's mirrored median filter there, padded or
+    (dimensions no larger than the radius) reflected per cell; the reach equals the union
+    of the reflected windows."""
+    rng = np.random.default_rng(radius * 100 + shape[0])
+    x = rng.normal(0, 10, shape)
+    centres = np.sort(rng.choice(x.size, size=max(1, x.size // 3), replace=False))
+    want = ndimage.median_filter(x, 2 * radius + 1, mode="mirror").reshape(-1)[centres]
+    assert np.array_equal(_window_median(x.reshape(-1), centres, shape, radius), want)
+    win, _ = _windows(centres, shape, radius, "mirror")
+    assert np.array_equal(_reach(centres, shape, radius), np.unique(win))
 
 
 @pytest.mark.parametrize("x, kw", [
