@@ -378,7 +378,9 @@ def label_stars(x: np.ndarray, threshold: float = 100.0) -> np.ndarray:
     lab, n = ndimage.label(bright, structure=np.ones((3,) * x.ndim, dtype=bool))
     if n == 0:
         return out
-    pix = np.flatnonzero(lab)  # ascending, so a label's first hit is its smallest index
+    # the labelled pixels (a scan of the bool mask, not of the labels), ascending: so a
+    # label's first hit is its smallest index
+    pix = np.flatnonzero(bright)
     lab_of = lab.reshape(-1)[pix]
     uniq, first = np.unique(lab_of, return_index=True)
     ids = np.zeros(n + 1, dtype=np.int64)
