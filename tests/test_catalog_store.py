@@ -1,3 +1,4 @@
+import json
 import os
 import subprocess
 import sys
@@ -140,6 +141,11 @@ def test_chunk_files_refuse_what_they_cannot_vouch_for_and_name_damage(tmp_path)
     arrays.write_array(tmp_path / "t.zarr", np.array([["a", "bc"]]), (1, 2))
     assert arrays.ChunkFiles.open(tmp_path / "t.zarr") is None  # text: zarr's business
     assert arrays.ChunkFiles.open(tmp_path / "none.zarr") is None
+    arrays.write_array(tmp_path / "n.zarr", np.zeros((2, 2)), (1, 2))
+    meta = json.loads((tmp_path / "n.zarr" / "zarr.json").read_text())
+    meta["fill_value"] = "NaN"  # a fill written as text
+    (tmp_path / "n.zarr" / "zarr.json").write_text(json.dumps(meta))
+    assert arrays.ChunkFiles.open(tmp_path / "n.zarr") is None
     arrays.write_array(tmp_path / "a.zarr", np.arange(20.0).reshape(4, 5), (2, 5))
     files = arrays.ChunkFiles.open(tmp_path / "a.zarr")
     files.file((1, 0)).unlink()

@@ -466,3 +466,28 @@ def test_a_replay_holding_no_chunk_or_reading_through_zarr_gives_the_same_run(
         assert not differs(held.array(name), lean.array(name)).any(), name
     assert ([(a.name, a.changed) for a in held.replayed.arrays]
             == [(a.name, a.changed) for a in lean.replayed.arrays])
+
+
+def test_keep_freed_memory_raises_the_thresholds_and_sets_glibcs_own_after(monkeypatch):
+    """The replay's heap setting: both thresholds raised inside the block, the trim
+    threshold back to glibc's adaptive maximum after it (also when the block raises), and
+    nothing at all where there is no glibc."""
+    from subzero.engine import heap
+
+    calls = []
+
+    class FakeLibc:
+        def mallopt(self, param, value):
+            calls.append((param, value))
+            return 1
+
+    monkeypatch.setattr(heap, "_libc", FakeLibc())
+    with pytest.raises(KeyError):
+        with heap.keep_freed_memory():
+            assert calls == [(heap.M_MMAP_THRESHOLD, 32 << 20), (heap.M_TRIM_THRESHOLD, 1 << 30)]
+            raise KeyError("boom")
+    assert calls[-1] == (heap.M_TRIM_THRESHOLD, 64 << 20)
+    monkeypatch.setattr(heap, "_libc", False)
+    with heap.keep_freed_memory():
+        pass
+    assert len(calls) == 3

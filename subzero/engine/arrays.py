@@ -87,8 +87,18 @@ def write_block(path: Path, box: Box, block: np.ndarray) -> None:
 
 
 def chunk_keys(arr: Any, box: Box | None = None) -> list[tuple[int, ...]]:
-    """The chunk grid indices covering ``box`` (every chunk when None)."""
-    shape, chunks = tuple(arr.shape), tuple(arr.chunks)
+    """The chunk grid indices covering ``box`` (every chunk when None) of a zarr array."""
+    return grid_keys(tuple(arr.shape), tuple(arr.chunks), box)
+
+
+def grid_keys(shape: Sequence[int], chunks: Sequence[int], box: Box | None = None
+              ) -> list[tuple[int, ...]]:
+    """The indices of the chunks of shape ``chunks`` covering ``box`` (every chunk when
+    None) in an array of ``shape``.
+
+    >>> grid_keys((5, 4), (3, 2), Box((2, 1), (4, 2)))
+    [(0, 0), (1, 0)]
+    """
     if not shape:
         return [()]
     lo = box.lo if box is not None else (0,) * len(shape)
@@ -113,9 +123,12 @@ def check_chunks(path: Path, arr: Any, box: Box | None = None) -> None:
         return
     for key in chunk_keys(arr, box):
         if not chunk_file(path, key).is_file():
-            raise DamagedError(f"array {_name(path)!r} chunk {'.'.join(map(str, key)) or '0'} "
-                               f"is missing ({chunk_file(path, key)}); run 'subzero verify' "
-                               "on this run")
+            raise _missing(path, key)
+
+
+def _missing(path: Path, key: tuple[int, ...]) -> DamagedError:
+    return DamagedError(f"array {_name(path)!r} chunk {'.'.join(map(str, key)) or '0'} is "
+                        f"missing ({chunk_file(path, key)}); run 'subzero verify' on this run")
 
 
 def _read(path: Path, box: Box | None) -> np.ndarray:
@@ -213,18 +226,15 @@ class ChunkFiles:
                 or conf.get("typesize", dtype.itemsize) != dtype.itemsize):
             return None
         shuffle = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}.get(conf.get("shuffle"))
-        if shuffle is None:
-            return None
+        fill = meta.get("fill_value", 0)
+        if shuffle is None or not isinstance(fill, (int, float)):
+            return None  # also a fill written as text (NaN, hex): zarr decodes those
         codec = numcodecs.Blosc(cname=conf.get("cname", "lz4"), clevel=int(conf.get("clevel", 5)),
                                 shuffle=shuffle, blocksize=int(conf.get("blocksize", 0)))
-        return cls(path, shape, chunks, dtype.newbyteorder("<"), meta.get("fill_value", 0),
-                   codec)
+        return cls(path, shape, chunks, dtype.newbyteorder("<"), fill, codec)
 
     def keys(self, box: Box | None = None) -> list[tuple[int, ...]]:
-        lo = box.lo if box is not None else (0,) * len(self.shape)
-        hi = box.hi if box is not None else self.shape
-        ranges = [range(int(a) // c, -(-int(b) // c)) for a, b, c in zip(lo, hi, self.chunks)]
-        return list(itertools.product(*ranges))
+        return grid_keys(self.shape, self.chunks, box)
 
     def box(self, key: tuple[int, ...]) -> Box:
         """The cells of chunk ``key`` inside the array."""
@@ -236,20 +246,18 @@ class ChunkFiles:
 
     def read(self, key: tuple[int, ...]) -> np.ndarray:
         """Chunk ``key``, cut to the array (a missing or garbled chunk: DamagedError)."""
-        f = self.file(key)
-        where = f"array {_name(self.path)!r} chunk {'.'.join(map(str, key))}"
         try:
-            data = f.read_bytes()
+            data = self.file(key).read_bytes()
         except FileNotFoundError:
-            raise DamagedError(f"{where} is missing ({f}); run 'subzero verify' on this run"
-                               ) from None
+            raise _missing(self.path, key) from None
         try:
             flat = np.frombuffer(self.codec.decode(data), dtype=self.dtype)
             full = flat.reshape(self.chunks)
         except (RuntimeError, ValueError, TypeError) as e:
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise DamagedError(f"{where} cannot be read: {msg}; run 'subzero verify' on "
-                               "this run") from None
+            raise DamagedError(f"array {_name(self.path)!r} chunk {'.'.join(map(str, key))} "
+                               f"cannot be read: {msg}; run 'subzero verify' on this run"
+                               ) from None
         return full[tuple(slice(0, n) for n in self.box(key).shape)]
 
     def write(self, key: tuple[int, ...], block: np.ndarray) -> None:

@@ -471,6 +471,8 @@ class _Derived:
                 self.held += chunk.nbytes
                 self.new_chunks[(name, k)] = chunk
             if cb != box:
+                if not chunk.flags.writeable:  # a whole block kept as it came (a view)
+                    chunk = self.new_chunks[(name, k)] = chunk.copy()
                 inter = cb.intersect(box)
                 chunk[inter.relative_to(cb)] = block[inter.relative_to(box)]
             self.own[name].add(k)
