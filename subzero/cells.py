@@ -22,6 +22,7 @@ array([ 5,  6,  9, 10], dtype=uint64)
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
@@ -212,26 +213,36 @@ def check_coords(coords: np.ndarray, shape: Shape, what: str = "cells") -> None:
 
 
 def parse_cells(text: str, shape: Sequence[int]) -> np.ndarray:
-    """The text form ``"r,c;r,c"`` -> ``(n, ndim)`` int64 coordinates (whitespace
-    ignored), parsed by numpy in one pass; a bad cell is named in one line.
+    """The text form ``"r,c;r,c"`` -> ``(n, ndim)`` int64 coordinates (whitespace around
+    the separators ignored; inside a number it is an error), in one pass of C-level
+    splitting and conversion; a bad cell is named in one line.
 
-    >>> parse_cells("1,2; 3,4", (5, 5)).tolist()
+    >>> parse_cells("1,2; 3 ,4;", (5, 5)).tolist()
     [[1, 2], [3, 4]]
+    >>> parse_cells("1 2,3", (5, 5))
+    Traceback (most recent call last):
+    ...
+    subzero.errors.CellError: bad cell '1 2,3'; expected integers like 'r,c'
     """
     shape = tuple(int(s) for s in shape)
-    parts = np.array("".join(str(text).split()).split(";"))
-    parts = parts[parts != ""]
-    if not len(parts):
+    # whitespace runs to one space, then none beside a separator (all C-level); a space
+    # left is inside a number, which int() refuses below
+    flat_text = " ".join(str(text).split())
+    for old, new in ((" ,", ","), (", ", ","), (" ;", ";"), ("; ", ";")):
+        flat_text = flat_text.replace(old, new)
+    parts = [p for p in flat_text.split(";") if p]
+    if not parts:
         raise CellError(f"no cells in {text!r}; expected 'r,c;r,c'")
-    counts = np.char.count(parts, ",") + 1
-    if (counts != len(shape)).any():
-        bad = parts[np.argmax(counts != len(shape))]
+    counts = np.fromiter(map(str.count, parts, itertools.repeat(",")), np.int64, len(parts))
+    if (counts != len(shape) - 1).any():
+        bad = parts[int(np.argmax(counts != len(shape) - 1))]
         raise CellError(f"cell ({bad.replace(',', ', ')}) has {bad.count(',') + 1} "
                         f"coordinates; the array {shape} has {len(shape)} axes")
     try:
-        flat = np.array(",".join(parts).split(",")).astype(np.int64)
+        flat = np.fromiter(map(int, ",".join(parts).split(",")), np.int64,
+                           len(parts) * len(shape))
     except (ValueError, OverflowError):  # the slow path only names the bad cell
-        for part in parts.tolist():
+        for part in parts:
             try:
                 vals = [int(v) for v in part.split(",")]
             except ValueError:

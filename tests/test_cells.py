@@ -155,7 +155,9 @@ def test_parse_cells_reads_what_was_written(cells, sep):
 
 @pytest.mark.parametrize("text, words", [("1,x", "bad cell '1,x'"), ("", "no cells"),
                                          ("1,2,3", "has 3 coordinates"),
-                                         (f"{2 ** 64},1", "out of range"), (";;", "no cells")])
+                                         (f"{2 ** 64},1", "out of range"), (";;", "no cells"),
+                                         ("1 2,3", "bad cell '1 2,3'"),  # not 12
+                                         ("4,5;1 ,2 3", "bad cell '1,2 3'")])
 def test_parse_cells_names_the_bad_cell(text, words):
     with pytest.raises(CellError, match=re.escape(words)):
         parse_cells(text, (3, 3))

@@ -212,9 +212,12 @@ def resolve(spec: str | Operator | type, params: Mapping[str, Any] | None = None
         return cls(**dict(params or {}))
     except SubZeroError:
         raise
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, OverflowError) as e:
         raise OperatorSpecError(f"operator {label!r} with parameters {dict(params or {})}: "
                                 f"{e}") from None
+    except Exception as e:  # noqa: BLE001 - a user's constructor: its failure in one line
+        raise OperatorSpecError(f"operator {label!r} with parameters {dict(params or {})} "
+                                f"failed to construct: {type(e).__name__}: {e}") from None
 
 
 def default_inputs(spec: str | Operator | type, seed: int = 0,
