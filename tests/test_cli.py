@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from subzero.cli import main
+from subzero.cli.common import CliError, output_file
 from tests.conftest import run_cli
 
 
@@ -79,3 +80,23 @@ def test_run_json_runs_and_export(spark, home, capsys, tmp_path):
     capsys.readouterr()
     assert main(["export", "latest", "nope", str(out), "--home", str(home)]) == 2
     assert "has no array 'nope'" in capsys.readouterr().err
+
+
+def test_an_output_is_replaced_only_when_written_whole(tmp_path):
+    """CLI outputs (query --out/--png, export, optimize --out) are written beside the target
+    and renamed over it: a write that fails half-way leaves the old file and no stray."""
+    target = tmp_path / "mask.npy"
+    target.write_bytes(b"the old mask")
+    with pytest.raises(RuntimeError):
+        with output_file(target, "--out") as tmp:
+            tmp.write_bytes(b"half")
+            raise RuntimeError("killed while writing")
+    assert target.read_bytes() == b"the old mask" and sorted(tmp_path.iterdir()) == [target]
+    with output_file(target, "--out") as tmp:
+        assert tmp.suffix == ".npy" and tmp.parent == tmp_path
+        tmp.write_bytes(b"new")
+    assert target.read_bytes() == b"new" and sorted(tmp_path.iterdir()) == [target]
+    (tmp_path / "dir.npy").mkdir()
+    with pytest.raises(CliError, match=r"--out .*dir\.npy: could not write it"):
+        with output_file(tmp_path / "dir.npy", "--out") as tmp:
+            tmp.write_bytes(b"x")

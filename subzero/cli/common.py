@@ -7,8 +7,9 @@ import argparse
 import json
 import os
 import re
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -147,6 +148,29 @@ def _writable(p: Path) -> bool:
 def write_failed(flag: str, path: str | os.PathLike, e: OSError) -> CliError:
     """The one-line error of an output that failed while being written."""
     return CliError(f"{flag} {path}: could not write it ({e.strerror or e})")
+
+
+@contextmanager
+def output_file(path: str | os.PathLike, flag: str) -> Iterator[Path]:
+    """A temporary file beside ``path`` (same suffix, so writers pick the same format) to
+    write the output to; renamed over ``path`` once the block ends, so a command killed
+    while writing leaves ``path`` as it was. A failed write is one line naming ``flag``.
+
+    >>> import tempfile; d = tempfile.mkdtemp()
+    >>> with output_file(f"{d}/x.txt", "--out") as tmp:
+    ...     _ = tmp.write_text("done")
+    >>> open(f"{d}/x.txt").read(), sorted(os.listdir(d))
+    ('done', ['x.txt'])
+    """
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp{target.suffix}")
+    try:
+        yield tmp
+        os.replace(tmp, target)
+    except OSError as e:
+        raise write_failed(flag, path, e) from None
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def load_npy(path: str, flag: str, expected: str) -> np.ndarray:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
 import workflows
 from optimizer.calibrate import calibrate
 from optimizer.calibration import load_calibration
 from optimizer.plan import optimize
-from subzero.cli.common import check_output, emit_json, parse_assignments, table, write_failed
+from subzero.cli.common import (check_output, emit_json, output_file, parse_assignments, table,
+                                write_failed)
 from subzero.errors import SubZeroError
 from subzero.query.costs import CALIBRATION_FILE
 from subzero.sizes import human_bytes, parse_size
@@ -73,10 +73,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                    sample=not args.no_sample)
     doc = res.to_json()
     if args.out:
-        try:
-            Path(args.out).write_text(json.dumps(doc, indent=2, default=str) + "\n")
-        except OSError as e:
-            raise write_failed("--out", args.out, e) from None
+        with output_file(args.out, "--out") as tmp:
+            tmp.write_text(json.dumps(doc, indent=2, default=str) + "\n")
     if args.json:
         emit_json(doc)
         return 0

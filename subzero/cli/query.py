@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from subzero.cli.common import (IMAGE_SUFFIXES, cells_from_args, check_output, emit_json,
-                                parse_path, table, write_failed)
+                                output_file, parse_path, table)
 from subzero.cli.render import cells_phrase, inputs_origin, lineage_legend, render_mask
 from subzero.engine.runs import load_run
 from subzero.errors import QueryError
@@ -33,6 +33,13 @@ def cmd_query(args: argparse.Namespace) -> int:
     path = parse_path(args.path) if args.path else None  # a bad path fails before any I/O
     run = load_run(args.home, args.run)
     qx = QueryExecutor(run)
+    try:
+        return _query(args, run, qx, path)
+    finally:
+        qx.close()
+
+
+def _query(args: argparse.Namespace, run: Any, qx: QueryExecutor, path: Any) -> int:
     if args.named:
         if any(x is not None for x in (args.direction, args.from_, args.to, args.path,
                                        args.cells, args.cells_file, args.box)):
@@ -51,16 +58,15 @@ def cmd_query(args: argparse.Namespace) -> int:
         cells = cells_from_args(args, run.workflow.array_shape(args.from_))
         res = qx.query(args.direction, cells, args.from_, path, args.to, args.method)
     if args.out:
-        try:
-            np.save(args.out, res.mask)
-        except OSError as e:
-            raise write_failed("--out", args.out, e) from None
+        with output_file(args.out, "--out") as tmp:
+            np.save(tmp, res.mask)
     if args.png:
         origin = inputs_origin(run.info.get("params"))
         about = ", ".join(filter(None, (run.workflow.name, origin)))
-        render_mask(run.array(res.array), res.mask, args.png,
-                    f"run {run.id} ({about}): {res.direction} lineage in {res.array}",
-                    legend=lineage_legend(res))
+        with output_file(args.png, "--png") as tmp:
+            render_mask(run.array(res.array), res.mask, tmp,
+                        f"run {run.id} ({about}): {res.direction} lineage in {res.array}",
+                        legend=lineage_legend(res))
     if args.json:
         emit_json(res.to_json())
         return 0

@@ -14,8 +14,8 @@ import numpy as np
 import workflows
 from subzero.api import Home, optimized_plan, say
 from subzero.chunking import Chunking
-from subzero.cli.common import (CliError, check_output, emit_json, parse_assignments,
-                                table, write_failed)
+from subzero.cli.common import (CliError, check_output, emit_json, output_file,
+                                parse_assignments, table)
 from subzero.engine import layout
 from subzero.engine.catalog import Catalog
 from subzero.engine.inputs import origin_text
@@ -239,16 +239,14 @@ def cmd_export(args: argparse.Namespace) -> int:
     if suffix in (".fits", ".fit") and data.dtype.kind not in "biuf":
         raise CliError(f"array {args.array!r} has dtype {data.dtype}; FITS holds numbers only "
                        "(export to .npy instead)")
-    try:
+    with output_file(out, "export: OUT") as tmp:
         if suffix == ".npy":
-            np.save(out, data)
+            np.save(tmp, data)
         else:
             from astropy.io import fits  # astropy only to write FITS
 
             fits.PrimaryHDU(data.astype(np.uint8) if data.dtype == bool else data).writeto(
-                out, overwrite=True)
-    except OSError as e:
-        raise write_failed("export: OUT", out, e) from None
+                tmp, overwrite=True)
     if not args.json:
         print(f"wrote {args.array} of run {run.id} ({data.shape}, {data.dtype}) to {out}")
     else:
