@@ -47,7 +47,6 @@ corner of exp1 forward through the overscan branch into rmoverscan1's input 1.
 
 from __future__ import annotations
 
-import numbers
 import os
 import re
 from functools import partial
@@ -62,7 +61,7 @@ from subzero.workflow import NamedQuery, Workflow, parse_shape_param
 from workflows.astro_data import (EXPOSURE_FILES, EXPOSURE_SHAPE, SKY, ExposureField,
                                   data_dir, exposure_paths)
 from workflows.astro_udfs import astronomy_udfs
-from workflows.params import MAX_SEED, parse_float
+from workflows.params import parse_float, parse_int, parse_seed
 
 NAME = "astronomy"
 DESCRIPTION = ("LSST image cleaning and star detection: 2 exposures, 28 operators, 4 UDFs "
@@ -131,39 +130,13 @@ def choose_real(data: Any, generated_asked: bool) -> tuple[dict[str, str] | None
 # ---------------------------------------------------------------------------------------
 
 
-def _int_param(value: Any) -> int | None:
-    """An int from Python (not a bool) or a string of digits from the CLI, else None."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
-        return int(value)
-    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
-        return int(value)
-    return None
-
-
 def parse_ccds(value: Any) -> int:
     """The number of CCDs: a positive integer up to :data:`MAX_CCDS`.
 
     >>> parse_ccds("4"), parse_ccds(1)
     (4, 1)
     """
-    n = _int_param(value)
-    if n is None or not 1 <= n <= MAX_CCDS:
-        raise WorkflowError(f"ccds must be a positive integer up to {MAX_CCDS} (CCDs in the "
-                            f"visit, e.g. 4). Got {value!r}.")
-    return n
-
-
-def parse_seed(value: Any) -> int:
-    """The random seed of generated exposures: a non-negative integer.
-
-    >>> parse_seed("3")
-    3
-    """
-    n = _int_param(value)
-    if n is None or not 0 <= n <= MAX_SEED:
-        raise WorkflowError(f"seed must be a non-negative integer like 0 (at most 2**63 - 1). "
-                            f"Got {value!r}.")
-    return n
+    return parse_int(value, "ccds", 1, MAX_CCDS, "4")
 
 
 def ccd_prefix(k: int, ccds: int) -> str:

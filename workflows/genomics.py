@@ -32,7 +32,6 @@ matrix; ``relapse`` traces one patient predicted to relapse back to the training
 
 from __future__ import annotations
 
-import os
 from functools import partial
 from typing import Any, Mapping
 
@@ -40,6 +39,7 @@ import numpy as np
 
 from operators import Classify, Logistic, Reduce, Subarray, Transpose
 from subzero.cells import Box
+from subzero.engine.capacity import physical_memory
 from subzero.errors import WorkflowError
 from subzero.modes import (BLACKBOX, FULL_MANY_BWD, FULL_ONE_BWD, FULL_ONE_FWD, PAY_MANY_BWD,
                            PAY_ONE_BWD)
@@ -47,7 +47,7 @@ from subzero.workflow import NamedQuery, Workflow, plan_blackbox_opt
 from workflows.genomics_data import (N_DESCRIPTION, check_values, data_path, generate_table,
                                      load_table,
                                      scale_table)
-from workflows.params import parse_seed
+from workflows.params import parse_int, parse_seed
 from workflows.genomics_udfs import (LABEL, MODEL_FEATURES, MODEL_USED, Extract, Model,
                                      Predict, Validate)
 
@@ -57,32 +57,15 @@ DESCRIPTION = ("medulloblastoma relapse prediction: naive-Bayes model, 10 operat
 QUERY_SEED = 11
 
 
-def _int_param(value: Any, what: str, low: int = 1) -> int:
-    try:
-        v = int(value)
-    except (TypeError, ValueError, OverflowError):
-        v = low - 1
-    if v < low:
-        raise WorkflowError(f"{what} must be an integer >= {low}. Got {value!r}.")
-    return v
-
-
 #: bytes a table cell takes in the driver's memory while the table is built (StringDType
 #: cell, its copies while scaled and cast), for refusing a ``scale`` that cannot fit
 CELL_BYTES = 64
 
 
-def _memory_bytes() -> int:
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
-        return 1 << 34
-
-
 def check_scale(scale: int, rows: int, patients: int) -> None:
     """Refuse a ``scale`` whose table (``rows`` x (4 + ``patients`` x scale) cells) cannot
     fit in half of this machine's memory, naming the largest that can."""
-    limit = _memory_bytes() // 2
+    limit = (physical_memory() or 1 << 34) // 2  # 16 GiB assumed when unknown
     need = rows * (N_DESCRIPTION + patients * scale) * CELL_BYTES
     if need > limit:
         most = max(1, (limit // (rows * CELL_BYTES) - N_DESCRIPTION) // max(1, patients))
@@ -106,8 +89,8 @@ def build(inputs: Mapping[str, str] | None = None, scale: Any = 100, seed: Any =
     if unknown:
         raise WorkflowError(f"workflow 'genomics' has no input {sorted(unknown)[0]!r} "
                             "(inputs: table)")
-    scale = _int_param(scale, "scale")
-    seed, patients = parse_seed(seed), _int_param(patients, "patients")
+    scale = parse_int(scale, "scale", 1)
+    seed, patients = parse_seed(seed), parse_int(patients, "patients", 1)
     path = inputs.get("table") or (str(data_path()) if data_path() else None)
     if not path:
         check_scale(1, len(MODEL_FEATURES), patients)

@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 from optimizer.workload import from_queries
 from subzero.cells import Box
 from subzero.errors import WorkflowError
+import workflows
 from workflows import astronomy
 from workflows.astro_data import ExposureField, generate_exposures
 
@@ -175,14 +176,17 @@ def test_ccds_must_be_a_positive_integer(bad):
     with pytest.raises(WorkflowError) as err:
         astronomy.build(shape="64x48", ccds=bad)
     msg = str(err.value)
-    assert "\n" not in msg and msg.startswith("ccds must be a positive integer up to 1024")
+    assert "\n" not in msg and msg.startswith("ccds must be an integer from 1 to 1024")
     assert msg.endswith(f"Got {bad!r}.")
 
 
-@pytest.mark.parametrize("bad", ["-1", "x", 2.5])
-def test_seed_must_be_a_non_negative_integer(bad):
-    with pytest.raises(WorkflowError, match=r"seed must be a non-negative integer"):
-        astronomy.build(shape="64x48", seed=bad)
+@pytest.mark.parametrize("bad", ["-1", "x", 2.5, "1_000", np.float32(2.0), True])
+@pytest.mark.parametrize("workflow", ["astronomy", "example", "genomics"])
+def test_seed_must_be_a_non_negative_integer_in_every_workflow(bad, workflow):
+    """One parser (workflows.params) for every workflow's integers: the same values are
+    refused everywhere, with the same words."""
+    with pytest.raises(WorkflowError, match=r"seed must be an integer from 0 to "):
+        workflows.build(workflow, seed=bad)
 
 
 def test_shape_is_still_checked_with_many_ccds():
