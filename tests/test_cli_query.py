@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from subzero.cli import main
-from subzero.cli.common import parse_path
+from subzero.query.paths import parse_path
 from subzero.cli.render import cells_phrase, draw_mask, inputs_origin, lineage_legend
 from subzero.errors import QueryError
 

@@ -14,7 +14,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from subzero.cells import Box, parse_cells
-from subzero.errors import QueryError, SubZeroError
+from subzero.errors import SubZeroError
 from subzero.jsonio import json_default
 
 EXIT_USAGE = 2
@@ -67,31 +67,6 @@ def _json_default(o: Any) -> Any:
         return json_default(o)
     except TypeError:
         return str(o)
-
-
-def parse_path(text: str) -> list[tuple[str, int]]:
-    """CLI form ``op:index,op:index,...``: each step names an operator and which of its
-    inputs the path goes through (0 for the first). A step without ``:index`` is refused
-    rather than guessed, since guessing input 0 of a binary operator traces the wrong branch.
-
-    >>> parse_path("clust:0,rmcr:0")
-    [('clust', 0), ('rmcr', 0)]
-    """
-    out = []
-    for part in [p.strip() for p in text.split(",") if p.strip()]:
-        name, colon, idx = (s.strip() for s in part.partition(":"))
-        if not colon or not name or not re.fullmatch(r"\d+", idx):
-            raise QueryError(f"--path step {part!r}: expected op:index, an operator and the "
-                             f"input it goes through (e.g. {name or 'op'}:0)")
-        out.append((name, int(idx)))
-    if not out:
-        raise QueryError(f"--path {text!r}: expected op:index,op:index,...")
-    return out
-
-
-def parse_cells_text(text: str, shape: Sequence[int]) -> np.ndarray:
-    """CLI form ``"r,c;r,c"`` -> ``(n, ndim)`` coordinates (:func:`subzero.cells.parse_cells`)."""
-    return parse_cells(text, shape)
 
 
 #: what each kind of output file may be called (``check_output``)
@@ -196,7 +171,7 @@ def cells_from_args(args: argparse.Namespace, shape: Sequence[int]) -> Any:
     if len(given) != 1:
         raise CliError("give exactly one of --cells, --cells-file or --box")
     if args.cells:
-        return parse_cells_text(args.cells, shape)
+        return parse_cells(args.cells, shape)
     if args.box:
         return Box.parse(args.box, shape)
     return load_npy(args.cells_file, "--cells-file", "cells or a bool mask")

@@ -8,12 +8,13 @@ from typing import Any
 import numpy as np
 
 from subzero.cli.common import (IMAGE_SUFFIXES, cells_from_args, check_output, emit_json,
-                                output_file, parse_path, table)
+                                output_file, table)
 from subzero.cli.render import cells_phrase, inputs_origin, lineage_legend, render_mask
 from subzero.engine.runs import load_run
 from subzero.errors import QueryError
 from subzero.query import QueryExecutor
 from subzero.query.named import named_query, start_cells
+from subzero.query.paths import parse_path
 
 
 def _check_args(args: argparse.Namespace) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import re
 import socket
 import sys
 from typing import Any
@@ -14,6 +15,8 @@ from subzero import serve
 from subzero.engine import layout
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+#: what a token may hold: it travels as is in the printed URL, a header and a cookie
+TOKEN = re.compile(r"[A-Za-z0-9._~-]+")
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -43,6 +46,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise CliError(f"--port {args.port}: expected a port number 0..65535")
     token = args.token or os.environ.get("SUBZERO_TOKEN") or None
+    if token is not None and not TOKEN.fullmatch(token):
+        where = "--token" if args.token else "$SUBZERO_TOKEN"
+        raise CliError(f"{where}: a token may hold only letters, digits and . _ ~ - (it "
+                       "travels unencoded in the URL, a header and a cookie); choose another")
     loopback = args.host in LOOPBACK
     if not loopback and not token:
         raise CliError(f"--host {args.host}: serving beyond this machine needs a token "

@@ -131,13 +131,18 @@ def _missing(path: Path, key: tuple[int, ...]) -> DamagedError:
                         f"missing ({chunk_file(path, key)}); run 'subzero verify' on this run")
 
 
-def _read(path: Path, box: Box | None) -> np.ndarray:
+def _read(path: Path, box: Box | None, step: Sequence[int] | None = None) -> np.ndarray:
     arr = open_array(path, "r")
     check_chunks(path, arr, box)
     try:
         if box is None or box.ndim == 0:
-            return np.asarray(arr[...])
-        return np.asarray(arr[box.slices])
+            if step is None or not arr.ndim:
+                return np.asarray(arr[...])
+            return np.asarray(arr[tuple(slice(None, None, int(k)) for k in step)])
+        if step is None:
+            return np.asarray(arr[box.slices])
+        return np.asarray(arr[tuple(slice(s.start, s.stop, int(k))
+                                    for s, k in zip(box.slices, step))])
     except (RuntimeError, ValueError, OSError) as e:  # a truncated or garbled chunk
         where = "" if box is None else f" (cells {box})"
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
@@ -145,10 +150,11 @@ def _read(path: Path, box: Box | None) -> np.ndarray:
                            "'subzero verify' on this run") from None
 
 
-def read_box(path: Path, box: Box) -> np.ndarray:
+def read_box(path: Path, box: Box, step: Sequence[int] | None = None) -> np.ndarray:
     """Read the cells of ``box`` from the array at ``path`` (a chunk missing or damaged:
-    :class:`DamagedError`, never fill values in its place)."""
-    return _read(path, box)
+    :class:`DamagedError`, never fill values in its place); with ``step``, every
+    ``step[k]``-th cell along axis ``k`` only (from the box's low corner)."""
+    return _read(path, box, step)
 
 
 def read_array(path: Path) -> np.ndarray:

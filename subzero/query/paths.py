@@ -10,10 +10,35 @@ executor and for the optimizer's workload alike.
 
 from __future__ import annotations
 
+import heapq
+import itertools
+import re
+from collections import deque
 from typing import Sequence
 
 from subzero.errors import QueryError
 from subzero.workflow import Workflow
+
+
+def parse_path(text: str, what: str = "--path") -> list[tuple[str, int]]:
+    """Text form ``op:index,op:index,...``: each step names an operator and which of its
+    inputs the path goes through (0 for the first). A step without ``:index`` is refused
+    rather than guessed, since guessing input 0 of a binary operator traces the wrong branch.
+    ``what`` names the field in errors (``--path`` for the CLI, ``path`` for the API).
+
+    >>> parse_path("clust:0,rmcr:0")
+    [('clust', 0), ('rmcr', 0)]
+    """
+    out = []
+    for part in [p.strip() for p in text.split(",") if p.strip()]:
+        name, colon, idx = (s.strip() for s in part.partition(":"))
+        if not colon or not name or not re.fullmatch(r"\d+", idx):
+            raise QueryError(f"{what} step {part[:80]!r}: expected op:index, an operator and "
+                             f"the input it goes through (e.g. {name[:40] or 'op'}:0)")
+        out.append((name, int(idx)))
+    if not out:
+        raise QueryError(f"{what} {text[:80]!r}: expected op:index,op:index,...")
+    return out
 
 
 def check_array(wf: Workflow, run: str, name: str) -> None:
@@ -117,21 +142,38 @@ def simple_paths(wf: Workflow, direction: str, start: str, target: str,
     for op in wf.order:
         for i, src in enumerate(wf.nodes[op].inputs):
             users.setdefault(src, []).append((op, i))
-    out: list[list[tuple[str, int]]] = []
-
-    def walk(array: str, steps: list[tuple[str, int]]) -> None:
-        if len(out) >= limit:
-            return
-        if array == target:
-            out.append(list(steps))
-            return
+    # each array's next (step, array) inside ``between``, and its distance to the target
+    nxt: dict[str, list[tuple[tuple[str, int], str]]] = {}
+    for array in between:
         if direction == "backward":
-            nxt = [((array, i), src) for i, src in enumerate(wf.nodes[array].inputs)
-                   if src in between] if array in wf.nodes else []
+            nxt[array] = [((array, i), src) for i, src in enumerate(wf.nodes[array].inputs)
+                          if src in between] if array in wf.nodes else []
         else:
-            nxt = [((op, i), op) for op, i in users.get(array, ()) if op in between]
-        for step, there in nxt:
-            walk(there, steps + [step])
-
-    walk(start, [])
-    return sorted(out, key=len)
+            nxt[array] = [((op, i), op) for op, i in users.get(array, ()) if op in between]
+    back: dict[str, list[str]] = {}
+    for array, moves in nxt.items():
+        for _, there in moves:
+            back.setdefault(there, []).append(array)
+    dist, todo = {target: 0}, deque([target])
+    while todo:
+        a = todo.popleft()
+        for b in back.get(a, ()):
+            if b not in dist:
+                dist[b] = dist[a] + 1
+                todo.append(b)
+    # best first on (length so far + shortest rest): with that exact estimate, paths come out
+    # shortest first and each takes at most its length in pops
+    out: list[list[tuple[str, int]]] = []
+    heap: list[tuple[int, int, int, str, list[tuple[str, int]]]] = []
+    count = itertools.count()
+    heapq.heappush(heap, (dist[start], 0, next(count), start, []))
+    while heap and len(out) < limit:
+        *_, array, steps = heapq.heappop(heap)
+        if array == target:
+            out.append(steps)
+            continue
+        for step, there in nxt[array]:
+            if there in dist:
+                g = len(steps) + 1
+                heapq.heappush(heap, (g + dist[there], -g, next(count), there, steps + [step]))
+    return out

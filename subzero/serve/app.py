@@ -55,6 +55,10 @@ class _JSON(JSONResponse):
         return json.dumps(content, default=json_default, separators=(",", ":")).encode()
 
 
+class Unsupported(SubZeroError):
+    """A request body of a type other than JSON (HTTP 415)."""
+
+
 def _error(status: int, message: str) -> JSONResponse:
     return _JSON({"error": message}, status_code=status)
 
@@ -101,12 +105,24 @@ async def _spec(request: Request) -> dict[str, Any]:
     spec: dict[str, Any] = dict(request.query_params)
     spec.pop("token", None)
     if request.method == "POST":
-        size = int(request.headers.get("content-length") or 0)
+        length = request.headers.get("content-length") or "0"
+        if not length.isdigit():
+            raise SubZeroError(f"Content-Length {length[:40]!r}: expected a number of bytes")
+        size = int(length)
         if size > MAX_BODY:
             raise TooLarge(f"request body of {size:,} bytes; at most {MAX_BODY:,}")
-        body = await request.body()
-        if len(body) > MAX_BODY:
-            raise TooLarge(f"request body of {len(body):,} bytes; at most {MAX_BODY:,}")
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if (size or "transfer-encoding" in request.headers) and kind != "application/json":
+            raise Unsupported(f"request body of type {kind[:80] or 'none'!r}: expected "
+                              "Content-Type application/json")
+        chunks, got = [], 0
+        async for chunk in request.stream():  # never more than MAX_BODY, however it is sent
+            got += len(chunk)
+            if got > MAX_BODY:
+                raise TooLarge(f"request body of more than {MAX_BODY:,} bytes; at most "
+                               f"{MAX_BODY:,}")
+            chunks.append(chunk)
+        body = b"".join(chunks)
         if body:
             try:
                 doc = json.loads(body)
@@ -143,6 +159,8 @@ def create_app(home: Any, token: str | None = None, loopback: bool = True) -> St
             spec = await _spec(request)
         except TooLarge as e:
             return _error(413, _line(e))
+        except Unsupported as e:
+            return _error(415, _line(e))
         except SubZeroError as e:
             return _error(400, _line(e))
         return await svc.answer(ex.query, request.path_params["run"], spec)
@@ -169,7 +187,7 @@ def create_app(home: Any, token: str | None = None, loopback: bool = True) -> St
     async def index(request: Request) -> Response:
         resp = FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
         given = request.query_params.get("token")
-        if token and given and hmac.compare_digest(given, token):
+        if token and given and hmac.compare_digest(given.encode(), token.encode()):
             resp.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict")
         return resp
 

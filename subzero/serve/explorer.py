@@ -15,6 +15,7 @@ the flattened array): a star's few hundred cells are a few dozen runs, a whole a
 from __future__ import annotations
 
 import io
+import itertools
 import re
 import time
 from dataclasses import dataclass, field
@@ -26,13 +27,14 @@ import numpy as np
 from subzero.api import Run
 from subzero.cells import Box, check_coords, parse_cells, size_of
 from subzero.engine import layout
-from subzero.engine.arrays import open_array, read_array, read_box
+from subzero.engine.arrays import read_array, read_box
 from subzero.engine.catalog import Catalog
 from subzero.engine.runs import load_run
 from subzero.errors import CellError, QueryError, StoreError, SubZeroError
 from subzero.frontier import Frontier
 from subzero.query import LineageResult, QueryExecutor
-from subzero.query.paths import simple_paths
+from subzero.query.named import named_query, start_cells
+from subzero.query.paths import parse_path, simple_paths
 
 #: a tile's side in pixels
 TILE = 256
@@ -44,9 +46,10 @@ MAX_QUERY_CELLS = 1_000_000
 MAX_RUNS = 1_000_000
 #: the contrast stretch is taken from at most this many cells of an array
 STRETCH_CELLS = 1 << 22
+#: the most paths one /paths answer lists (shortest first)
+MAX_PATHS = 64
 
 RUN_ID = re.compile(r"r[0-9]{1,9}|latest(:[A-Za-z0-9_.-]{1,64})?")
-NAME = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 
 
 class NotFound(SubZeroError):
@@ -200,28 +203,23 @@ class Explorer:
                             f"{ny} x {nx} tiles at that zoom")
         path = w.run.loaded.array_path(name)
         r0, c0 = ty * span, tx * span
-        r1, c1 = min(h, r0 + span), min(wd, c0 + span)
-        if len(meta["shape"]) == 2:
-            if f > 1:  # read every f-th row and column only
-                block = np.asarray(open_array(path)[r0:r1:f, c0:c1:f])
-            else:
-                block = read_box(path, Box((r0, c0), (r1, c1)))
-        else:
-            block = read_array(path).reshape(h, wd)[r0:r1:f, c0:c1:f]
+        block = read_view(path, meta["shape"], (r0, min(h, r0 + span)),
+                          (c0, min(wd, c0 + span)), f)
         lo, hi = self._stretch(w, name, path, meta)
         return png(grey(block, lo, hi))
 
     def _stretch(self, w: _Warm, name: str, path: Path, meta: Mapping[str, Any]
                  ) -> tuple[float, float]:
-        """The 1st and 99.5th percentiles of the array (of a centred box of it when large),
-        so that every tile of one array shares one contrast."""
+        """The 1st and 99.5th percentiles of the array (of a centred box of it when large:
+        at most :data:`STRETCH_CELLS` cells, whatever its rank), so that every tile of one
+        array shares one contrast."""
         if name in w.stretch:
             return w.stretch[name]
         shape = tuple(meta["shape"])
-        if size_of(shape) <= STRETCH_CELLS or len(shape) != 2:
+        if size_of(shape) <= STRETCH_CELLS:
             data = read_array(path)
         else:
-            side = int(np.sqrt(STRETCH_CELLS))
+            side = max(1, int(STRETCH_CELLS ** (1.0 / len(shape)) + 1e-9))
             lo = tuple(max(0, (s - side) // 2) for s in shape)
             data = read_box(path, Box(lo, tuple(min(s, a + side) for s, a in zip(shape, lo))))
         w.stretch[name] = stretch(data)
@@ -240,15 +238,13 @@ class Explorer:
                       time.perf_counter() - t0)
 
     def _query(self, w: _Warm, spec: Mapping[str, Any]) -> list[LineageResult]:
-        direction = spec.get("direction")
-        if direction not in ("backward", "forward"):
-            raise QueryError(f"direction {str(direction)[:40]!r}: expected backward or forward")
-        start = spec.get("from")
+        direction = _direction(spec)
+        start = _text(spec, "from")
         meta = self._array(w, start)
         cells = query_cells(spec, tuple(meta["shape"]))
-        method = spec.get("method") or "auto"
+        method = _text(spec, "method", required=False) or "auto"
         path = parse_path_spec(spec.get("path"))
-        to = spec.get("to") or None
+        to = _text(spec, "to", required=False)
         if path is not None and to is not None:
             raise QueryError("give a path or a target (to), not both")
         if to is not None:
@@ -257,37 +253,43 @@ class Explorer:
         return [w.qx.query(direction, cells, start, path, t, method) for t in targets]
 
     def paths(self, rid: str, spec: Mapping[str, Any]) -> dict[str, Any]:
-        """The paths from ``from`` to ``to`` one by one (at most 64, shortest first), for
-        choosing one: each its steps and the arrays it goes through."""
+        """The paths from ``from`` to ``to`` one by one (at most :data:`MAX_PATHS`, shortest
+        first; ``truncated`` when there are more), for choosing one: each its steps and the
+        arrays it goes through."""
         w = self.warm(rid)
-        direction = spec.get("direction")
-        if direction not in ("backward", "forward"):
-            raise QueryError(f"direction {str(direction)[:40]!r}: expected backward or forward")
-        start, to = spec.get("from"), spec.get("to")
+        direction = _direction(spec)
+        start, to = _text(spec, "from"), _text(spec, "to")
         self._array(w, start)
         self._array(w, to)
         wf = w.run.workflow
+        found = simple_paths(wf, direction, start, to, limit=MAX_PATHS + 1)
         out = []
-        for steps in simple_paths(wf, direction, start, to):
+        for steps in found[:MAX_PATHS]:
             through = [wf.nodes[op].inputs[i] if direction == "backward" else op
                        for op, i in steps]
             out.append({"steps": [list(s) for s in steps], "through": through})
         return {"run": w.run.id, "direction": direction, "from": start, "to": to,
-                "paths": out}
+                "paths": out, "truncated": len(found) > MAX_PATHS}
 
     def named(self, rid: str, name: str, method: str = "auto") -> dict[str, Any]:
         t0 = time.perf_counter()
         w = self.warm(rid)
-        q = w.run.workflow.queries.get(name) if isinstance(name, str) else None
-        if q is None:
-            known = ", ".join(w.run.workflow.queries) or "none"
-            raise NotFound(f"workflow {w.run.workflow.name!r} has no named query "
-                           f"{str(name)[:80]!r} (named queries: {known})")
-        cells = w.run.named_query_cells(name)
-        res = w.qx.query(q.direction, cells, q.start, q.path, q.to, method)
-        doc = answer(w.run, q.direction, q.start, [res], time.perf_counter() - t0)
+        res = self._named(w, name, method)
+        doc = answer(w.run, res.direction, res.start, [res], time.perf_counter() - t0)
         doc["named"] = name
         return doc
+
+    def _named(self, w: _Warm, name: Any, method: Any) -> LineageResult:
+        """Named query ``name`` of the run, its cells chosen once and kept in the catalog
+        (:mod:`subzero.query.named`); unknown: :class:`NotFound`."""
+        if not isinstance(method, str):
+            raise QueryError(f"method {str(method)[:40]!r}: expected a method name")
+        try:
+            q = named_query(w.run.workflow, str(name)[:128])
+        except SubZeroError as e:
+            raise NotFound(_first_line(e)) from None
+        cells = start_cells(w.run, w.run.id, q.name, self.catalog)
+        return w.qx.query(q.direction, cells, q.start, q.path, q.to, method)
 
     def result_file(self, rid: str, spec: Mapping[str, Any], fmt: str) -> tuple[bytes, str]:
         """The mask a query reached in its one target, as ``.npy`` or FITS bytes."""
@@ -295,12 +297,7 @@ class Explorer:
             raise QueryError(f"format {str(fmt)[:20]!r}: expected npy or fits")
         w = self.warm(rid)
         if spec.get("named"):
-            name = spec["named"]
-            q = w.run.workflow.queries.get(name)
-            if q is None:
-                raise NotFound(f"no named query {str(name)[:80]!r}")
-            res = w.qx.query(q.direction, w.run.named_query_cells(name), q.start, q.path,
-                             q.to, spec.get("method") or "auto")
+            res = self._named(w, spec["named"], spec.get("method") or "auto")
         else:
             if not (spec.get("to") or spec.get("path")):
                 raise QueryError("a download needs one target: give to=ARRAY or path=...")
@@ -365,9 +362,9 @@ def query_cells(spec: Mapping[str, Any], shape: tuple[int, ...]) -> Any:
                            f"{MAX_QUERY_CELLS:,} per query")
         return b
     if isinstance(cells, str):
-        if cells.count(";") >= MAX_QUERY_CELLS:
-            raise TooLarge(f"at most {MAX_QUERY_CELLS:,} cells per query")
-        arr = parse_cells(cells, shape)
+        arr = parse_cells(cells, shape)  # the text is bounded by the request's size
+        if len(arr) > MAX_QUERY_CELLS:
+            raise TooLarge(f"{len(arr):,} cells; at most {MAX_QUERY_CELLS:,} per query")
     else:
         if isinstance(cells, list) and len(cells) > MAX_QUERY_CELLS:
             raise TooLarge(f"{len(cells):,} cells; at most {MAX_QUERY_CELLS:,} per query")
@@ -376,7 +373,8 @@ def query_cells(spec: Mapping[str, Any], shape: tuple[int, ...]) -> Any:
         except ValueError:  # rows of different lengths
             arr = np.asarray([], dtype=object)
         if arr.ndim != 2 or arr.shape[1] != len(shape) or arr.dtype.kind not in "iu" \
-                or not len(arr):
+                or not len(arr) or bool in set(map(type, itertools.chain.from_iterable(cells))):
+            # (numpy reads true/false among numbers as 1/0: the types are looked at, in C)
             raise CellError(f"cells {str(cells)[:60]}: expected [[r, c], ...] with "
                             f"{len(shape)} integer coordinates each for the array {shape}")
         arr = arr.astype(np.int64)
@@ -385,23 +383,64 @@ def query_cells(spec: Mapping[str, Any], shape: tuple[int, ...]) -> Any:
 
 
 def parse_path_spec(path: Any) -> list[tuple[str, int]] | None:
-    """``"op:i,op:i"`` or ``[[op, i], ...]`` -> steps (None when not given)."""
+    """``"op:i,op:i"`` (:func:`subzero.query.paths.parse_path`) or ``[[op, i], ...]`` ->
+    steps (None when not given)."""
     if path in (None, "", []):
         return None
     if isinstance(path, str):
-        parts = [p.strip() for p in path.split(",") if p.strip()]
-        out = []
-        for part in parts:
-            name, _, idx = part.partition(":")
-            if not NAME.fullmatch(name) or not idx.isdigit():
-                raise QueryError(f"path step {part[:60]!r}: expected op:index")
-            out.append((name, int(idx)))
-        return out
+        return parse_path(path, "path")
     if isinstance(path, list) and all(isinstance(s, list) and len(s) == 2
                                       and isinstance(s[0], str) and isinstance(s[1], int)
-                                      for s in path):
+                                      and not isinstance(s[1], bool) for s in path):
         return [(s[0], s[1]) for s in path]
     raise QueryError(f"path {str(path)[:60]!r}: expected 'op:i,op:i' or [[op, i], ...]")
+
+
+def _direction(spec: Mapping[str, Any]) -> str:
+    direction = spec.get("direction")
+    if direction not in ("backward", "forward"):
+        raise QueryError(f"direction {str(direction)[:40]!r}: expected backward or forward")
+    return direction
+
+
+def _text(spec: Mapping[str, Any], key: str, required: bool = True) -> Any:
+    """Field ``key`` of a query: a non-empty string (None when absent and not required)."""
+    value = spec.get(key)
+    if value is None or value == "":
+        if required:
+            raise QueryError(f"{key}: required (an array name)")
+        return None
+    if not isinstance(value, str):
+        raise QueryError(f"{key} {str(value)[:60]}: expected a string, not "
+                         f"{type(value).__name__}")
+    return value
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def read_view(path: Path, shape: Sequence[int], rows: tuple[int, int],
+              cols: tuple[int, int], f: int = 1) -> np.ndarray:
+    """Rows ``rows[0]:rows[1]:f`` by columns ``cols[0]:cols[1]:f`` of an array's 2-D picture
+    (:func:`view_shape`), reading only the box of cells they lie in (with the store's damage
+    checks): a vector is its one row; an array of more axes is read over the bounding box,
+    along its leading axes, of the flat rows wanted."""
+    shape = tuple(int(s) for s in shape)
+    (r0, r1), (c0, c1) = rows, cols
+    if not shape:
+        return read_array(path).reshape(1, 1)
+    step = None if f == 1 else (f,) * len(shape)
+    if len(shape) == 1:
+        return read_box(path, Box((c0,), (c1,)), step).reshape(1, -1)
+    if len(shape) == 2:
+        return read_box(path, Box((r0, c0), (r1, c1)), step)
+    want = np.unravel_index(np.arange(r0, r1, f), shape[:-1])
+    lo = tuple(int(a.min()) for a in want)
+    hi = tuple(int(a.max()) + 1 for a in want)
+    box = read_box(path, Box((*lo, c0), (*hi, c1)),
+                   None if f == 1 else (1,) * (len(shape) - 1) + (f,))
+    return box[tuple(a - l for a, l in zip(want, lo))]
 
 
 def answer(run: Run, direction: str, start: str, results: list[LineageResult],

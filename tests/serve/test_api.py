@@ -9,6 +9,7 @@ import http.client
 import io
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -19,7 +20,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from subzero.serve.explorer import rle, unrle, view_shape
+from subzero.cells import Box
+from subzero.engine.arrays import read_array, read_box
+from subzero.serve.explorer import STRETCH_CELLS, grey, rle, stretch, unrle, view_shape
 from tests.serve.conftest import ROOT, Server
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -74,10 +77,22 @@ def test_tiles_are_png_of_the_array(server, astro_home):
     img = Image.open(io.BytesIO(png))
     h, w = run.shape("exp1")
     assert img.size == (min(256, w), min(256, h)) and img.mode == "L"
+    path = run.loaded.array_path("exp1")
+    data = read_array(path)
+    if data.size <= STRETCH_CELLS:  # the contrast: from the array, or its centred box
+        sample = data
+    else:
+        side = int(np.sqrt(STRETCH_CELLS))
+        lo = tuple(max(0, (n - side) // 2) for n in data.shape)
+        sample = read_box(path, Box(lo, tuple(min(n, a + side) for a, n in zip(lo, data.shape))))
+    lo_hi = stretch(sample)
     pixels = np.asarray(img)
+    np.testing.assert_array_equal(pixels, grey(data[:256, :256], *lo_hi))
     assert pixels.std() > 5  # a stretched image, not a flat one
     status, png, _ = server.get(f"/api/runs/{run.id}/arrays/exp1/tiles/3/0/0.png")
-    assert Image.open(io.BytesIO(png)).size == (-(-w // 8), -(-h // 8))  # one tile, 8x coarser
+    coarse = np.asarray(Image.open(io.BytesIO(png)))
+    assert coarse.shape == (-(-h // 8), -(-w // 8))  # one tile, 8x coarser
+    np.testing.assert_array_equal(coarse, grey(data[::8, ::8][:256, :256], *lo_hi))
 
 
 @pytest.mark.parametrize("name", ["BQ0", "BQ1", "BQ4", "FQ0"])
@@ -120,19 +135,36 @@ def test_paths_one_by_one_and_a_query_along_one(server, astro_home):
     _, run = astro_home
     status, doc = server.json(f"/api/runs/{run.id}/paths?direction=backward&from=clust&to=exp1")
     assert status == 200 and len(doc["paths"]) >= 2
-    union = run.backward([(100, 100)], "clust", to="exp1").count
-    counts = []
+    assert doc["truncated"] is False
+    lengths = [len(p["steps"]) for p in doc["paths"]]
+    assert lengths == sorted(lengths)
+    union = run.backward([(100, 100)], "clust", to="exp1").mask
+    masks = []
     for p in doc["paths"]:
         assert p["through"][-1] == "exp1" and len(p["through"]) == len(p["steps"])
         text = ",".join(f"{op}:{i}" for op, i in p["steps"])
         status, ans = server.json(f"/api/runs/{run.id}/query?direction=backward&from=clust"
                                   f"&cells=100,100&path={text}")
         assert status == 200
-        got = ans["results"][0]["count"]
-        assert got == run.backward([(100, 100)], "clust",
-                                   path=[tuple(s) for s in p["steps"]]).count
-        counts.append(got)
-    assert max(counts) <= union  # each path's answer lies within the union of them all
+        res = ans["results"][0]
+        mask = unrle(res["mask"]["runs"], int(np.prod(res["shape"]))).reshape(res["shape"])
+        np.testing.assert_array_equal(mask, run.backward(
+            [(100, 100)], "clust", path=[tuple(s) for s in p["steps"]]).mask)
+        masks.append(mask)
+    # lineage distributes over unions: the paths one by one make up the answer to=exp1
+    np.testing.assert_array_equal(np.logical_or.reduce(masks), union)
+
+
+def test_simple_paths_come_shortest_first(astro_home):
+    from subzero.query.paths import simple_paths
+
+    _, run = astro_home
+    wf = run.workflow
+    every = simple_paths(wf, "backward", "clust", "exp1", limit=10_000)
+    assert len({tuple(p) for p in every}) == len(every) >= 5
+    shortest = sorted(len(p) for p in every)[:5]
+    assert [len(p) for p in simple_paths(wf, "backward", "clust", "exp1", limit=5)] == shortest
+    assert [len(p) for p in every] == sorted(len(p) for p in every)
 
 
 def test_downloads_hold_the_mask(server, astro_home):
@@ -180,6 +212,11 @@ BAD = [
     ("/api/runs/{run}/query.npy?direction=backward&from=clust&cells=1,1", 400, "target"),
     ("/api/runs/{run}/paths?direction=backward&from=exp1&to=clust", 400, "no path"),
     ("/api/runs/{run}/paths?direction=backward&from=clust&to=nosuch", 404, "nosuch"),
+    ("/api/runs/{run}/paths?direction=backward&from=clust", 400, "to: required"),
+    ("/api/runs/{run}/paths?direction=backward&to=exp1", 400, "from: required"),
+    ("/api/runs/{run}/query?direction=backward&cells=1,1&to=exp1", 400, "from: required"),
+    ("/api/runs/{run}/query?direction=backward&from=clust&cells=1,1&path=clust:x", 400,
+     "clust:x"),
     ("/nosuch/page", 404, "/nosuch/page"),
     ("/static/..%2f..%2fapi.py", 404, ""),
 ]
@@ -200,11 +237,32 @@ def test_bad_requests_get_one_line_and_change_nothing(server, astro_home):
             assert path.startswith("/static"), (path, headers)
     # cells as a JSON list: ragged, not integers, outside the array
     for cells, word in [([[1, 2], [3]], "integer coordinates"), ([[1.5, 2]], "integer"),
-                        ([[1, 99999]], "(1, 99999)"), ([[2 ** 70, 1]], "integer")]:
+                        ([[1, 99999]], "(1, 99999)"), ([[2 ** 70, 1]], "integer"),
+                        ([[True, 1]], "integer"), ([[True, False]], "integer")]:
         status, raw, _ = server.get(f"/api/runs/{run.id}/query", data=json.dumps(
             {"direction": "backward", "from": "clust", "to": "exp1", "cells": cells}).encode(),
             headers={"Content-Type": "application/json"})
         assert status == 400 and word in json.loads(raw)["error"], raw[:200]
+    # fields of the wrong JSON type: a list for a name, a boolean for an input index
+    for fields, word in [({"to": ["exp1"]}, "to ['exp1']: expected a string"),
+                         ({"from": 7}, "from 7: expected a string"),
+                         ({"to": None, "path": [["clust", False]]}, "path"),
+                         ({"method": ["auto"]}, "method")]:
+        body = {"direction": "backward", "from": "clust", "to": "exp1", "cells": [[1, 1]],
+                **fields}
+        status, doc = server.json(f"/api/runs/{run.id}/query", body=body)
+        assert status == 400 and word in doc["error"], (fields, doc)
+    # text cells are counted once parsed: 1,000,000 with a trailing ';' are not too many
+    # (the last is outside the array, so the query stops there), 1,000,001 are
+    for text, code, word in [("1,1;" * 999_999 + "99999,1;", 400, "(99999, 1)"),
+                             ("1,1;" * 1_000_001, 413, "1,000,001 cells")]:
+        status, doc = server.json(f"/api/runs/{run.id}/query", body={
+            "direction": "backward", "from": "clust", "to": "exp1", "cells": text})
+        assert status == code and word in doc["error"], (code, doc["error"][:200])
+    # a body that is not JSON by its type
+    status, raw, _ = server.get(f"/api/runs/{run.id}/query", data=b'{"direction": "x"}',
+                                headers={"Content-Type": "text/plain"})
+    assert status == 415 and "application/json" in json.loads(raw)["error"]
     # a malformed body, a body that is not an object, a huge body, cells over the limit
     for body, code, word in [(b"{not json", 400, "not JSON"), (b"[1, 2]", 400, "object"),
                              (json.dumps({"direction": "backward", "from": "clust", "to":
@@ -223,12 +281,68 @@ def test_bad_requests_get_one_line_and_change_nothing(server, astro_home):
     resp = conn.getresponse()
     assert resp.status == 413 and "bytes" in json.loads(resp.read())["error"]
     conn.close()
+    # ... and one sent in chunks (no length announced) is cut off at the limit
+    assert _chunked_post(server, f"/api/runs/{run.id}/query", 17 << 20) == 413
     status, raw, _ = server.get("/api/runs", headers={"Host": "attacker.example"})
     assert status == 400 and "attacker.example" in json.loads(raw)["error"]
     assert server.alive()
     assert server.json("/api/runs/latest")[0] == 200  # still answering
     after = _tree_digest(run_dir)
     assert before == after
+
+
+def _chunked_post(server, path: str, total: int) -> int:
+    """POST ``total`` bytes of JSON-ish text in 1 MB chunks (Transfer-Encoding: chunked):
+    the status answered (the server may stop reading once it has answered)."""
+    host, port = server.url.split("//")[1].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    conn.putrequest("POST", path)
+    conn.putheader("Transfer-Encoding", "chunked")
+    conn.putheader("Content-Type", "application/json")
+    conn.endheaders()
+    piece = b" " * (1 << 20)
+    try:
+        for _ in range(-(-total // len(piece))):
+            conn.send(b"%x\r\n%s\r\n" % (len(piece), piece))
+        conn.send(b"0\r\n\r\n")
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the server answered and closed before reading it all
+    try:
+        resp = conn.getresponse()
+        status = resp.status
+        assert "at most" in json.loads(resp.read())["error"]
+    finally:
+        conn.close()
+    return status
+
+
+def test_damaged_chunks_give_one_line_at_every_zoom(astro_home, tmp_path):
+    home, run = astro_home
+    # a copy of the home (array files linked, not copied; the catalog copied): the files
+    # damaged below are replaced, never written through
+    copy = tmp_path / "home"
+    shutil.copytree(home, copy, copy_function=lambda a, b: (
+        shutil.copy2(a, b) if "catalog" in Path(a).name else os.link(a, b)))
+    rel = run.loaded.array_path("exp1").relative_to(home)
+    garbled = copy / rel / "c" / "0" / "0"
+    assert garbled.is_file()
+    garbled.unlink()
+    garbled.write_bytes(b"not a blosc chunk" * 10)
+    missing = copy / run.loaded.array_path("exp2").relative_to(home) / "c" / "0" / "0"
+    missing.unlink()
+    s = Server(copy)
+    try:
+        for name, word in [("exp1", "cannot be read"), ("exp2", "is missing")]:
+            for z in (0, 1, 3):
+                status, raw, _ = s.get(f"/api/runs/{run.id}/arrays/{name}/tiles/{z}/0/0.png")
+                assert 400 <= status < 500, (name, z, status, raw[:300])
+                msg = json.loads(raw)["error"]
+                assert f"array {name!r}" in msg and word in msg and "subzero verify" in msg
+                assert "\n" not in msg
+        assert s.alive() and s.json("/api/runs")[0] == 200
+    finally:
+        s.stop()
+    assert (home / rel / "c" / "0" / "0").read_bytes() != garbled.read_bytes()
 
 
 def _serve(home, *args, env=None):
@@ -248,13 +362,16 @@ def test_a_port_in_use_is_one_line_and_exit_2(astro_home):
     assert "already in use" in p.stderr and str(port) in p.stderr
 
 
-@pytest.mark.parametrize("args, word", [(["--host", "0.0.0.0"], "--token"),
-                                        (["--port", "70000"], "70000"),
-                                        (["--port", "x"], "'x'")])
-def test_bad_serve_options_are_one_line_and_exit_2(astro_home, args, word):
+@pytest.mark.parametrize("args, env, word", [
+    (["--host", "0.0.0.0"], None, "--token"), (["--port", "70000"], None, "70000"),
+    (["--port", "x"], None, "'x'"), (["--token", "a b&c"], None, "--token: a token may"),
+    (["--token", "t\u00f6ken"], None, "letters, digits and . _ ~ -"),
+    ([], {"SUBZERO_TOKEN": "x?y=1"}, "$SUBZERO_TOKEN: a token may")])
+def test_bad_serve_options_are_one_line_and_exit_2(astro_home, args, env, word):
     home, _ = astro_home
-    p = _serve(home, *args)
+    p = _serve(home, "--port", "0", *args, env=env)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and word in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
 
 
 def test_a_home_without_runs_is_one_line_and_exit_2(tmp_path):
@@ -274,6 +391,11 @@ def test_beyond_loopback_every_request_carries_the_token(astro_home):
         status, _, headers = s.get("/?token=s3cret-token")
         assert status == 200 and "subzero_token=s3cret-token" in headers.get("set-cookie", "")
         assert s.get("/api/runs", headers={"Cookie": "subzero_token=s3cret-token"})[0] == 200
+        # a page asked for with the right header but a wrong, non-ASCII ?token: no cookie
+        status, _, headers = s.get("/?token=t%C3%B6ken",
+                                   headers={"Authorization": "Bearer s3cret-token"})
+        assert status == 200 and "set-cookie" not in {k.lower() for k in headers}
+        assert s.get("/api/runs?token=t%C3%B6ken")[0] == 401
     finally:
         s.stop()
 
