@@ -4,16 +4,20 @@ A task's ``lwrite`` calls (:mod:`subzero.runtime`) are buffered as :class:`PairB
 rows of linear indices); when the task ends, the engine hands them to one
 :class:`LineageSink` per stored strategy, described by a :class:`ShardSpec`. The encoders
 (:mod:`encoders.sink`) implement the sink that writes LMDB shards; :class:`MemorySink`
-keeps pairs in memory (tests, statistics).
+keeps pairs in memory (tests, statistics). :func:`payload_lineage` applies an operator's
+payload functions to pairs (a query's shards, or the lineage checker's pairs in memory).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
-from subzero.cells import Box, Ragged
+import numpy as np
+
+from subzero.cells import Box, Ragged, as_linear, to_coords, unique
+from subzero.frontier import Frontier
 from subzero.modes import Strategy
 
 
@@ -64,6 +68,25 @@ class PairBatch:
 
     def payload_bytes(self, k: int) -> bytes:
         return self.payload.row(k).tobytes()
+
+    def restrict(self, out_lin: np.ndarray) -> "PairBatch":
+        """The payload pairs meeting ``out_lin`` (output linear indices), each restricted
+        to those output cells, as a shard's ``payload_pairs`` answers (vectorized).
+
+        >>> b = PairBatch(Ragged.from_rows([[1, 2], [3], [4, 5]]),
+        ...               payload=Ragged.from_rows([[7], [8], [9]], np.uint8))
+        >>> r = b.restrict(np.array([2, 4, 5], np.uint64))
+        >>> [x.tolist() for x in r.out.rows()], r.payload.values.tolist()
+        ([[2], [4, 5]], [7, 9])
+        """
+        if not self.is_payload:
+            raise ValueError("restrict takes payload pairs")
+        want = np.asarray(out_lin).astype(self.out.values.dtype, copy=False)
+        hit = np.isin(self.out.values, want)
+        lens = np.bincount(self.out.row_ids()[hit], minlength=len(self))
+        keep = np.flatnonzero(lens)
+        return PairBatch(Ragged.from_lengths(self.out.values[hit], lens[keep]),
+                         payload=self.payload.take(keep))
 
 
 @dataclass(frozen=True)
@@ -123,6 +146,163 @@ class MemorySink(LineageSink):
         return PairBatch.concat(self.batches)
 
 
+#: ``pairs_for(out_lin, frontier)``: the payload pairs meeting the output cells ``out_lin``
+#: (restricted to them), every pair when None; ``frontier`` (or None) lets a provider skip
+#: stores that hold none of its cells
+PairsFor = Callable[[np.ndarray | None, Frontier | None], "PairBatch | None"]
+
+
+def group_by_payload(pairs: PairBatch | None) -> list[tuple[bytes, np.ndarray]]:
+    """``[(payload, output linear indices)]``, one group per distinct payload (vectorized
+    when payloads have one length, which is the common case)."""
+    if pairs is None or not len(pairs):
+        return []
+    lens = pairs.payload.lengths
+    if len(lens) and (lens == lens[0]).all():
+        width = int(lens[0])
+        rows = pairs.payload.values.reshape(len(pairs), width) if width else np.zeros(
+            (len(pairs), 1), np.uint8)
+        uniq, inv = np.unique(rows, axis=0, return_inverse=True)
+        inv = inv.reshape(-1)
+        payloads = [u.tobytes() if width else b"" for u in uniq]
+    else:
+        keys = [pairs.payload.row(k).tobytes() for k in range(len(pairs))]
+        payloads, inv = np.unique(np.array(keys, dtype=object), return_inverse=True)
+        payloads = list(payloads)
+    order = np.argsort(inv, kind="stable")
+    bounds = np.searchsorted(inv[order], np.arange(len(payloads) + 1))
+    out = []
+    for g, p in enumerate(payloads):
+        rows_g = order[bounds[g]:bounds[g + 1]]
+        out.append((p, pairs.out.take(rows_g).values))
+    return out
+
+
+def _fixed_rows(pairs: PairBatch | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """Payload pairs as ``(payload per output cell (n, width) uint8, output linear
+    indices)`` when every payload has one width (else None)."""
+    if pairs is None or not len(pairs):
+        return None
+    lens = pairs.payload.lengths
+    if not (lens == lens[0]).all() or int(lens[0]) == 0:
+        return None
+    rows = pairs.payload.values.reshape(len(pairs), int(lens[0]))
+    return rows[pairs.out.row_ids()], pairs.out.values
+
+
+def _payload_rows(op: Any, i: int, pairs: PairBatch | None, out_shape: tuple
+                  ) -> tuple[np.ndarray, np.ndarray] | None:
+    """Backward payload lineage of every pair in one vectorized call, when the operator
+    has a batch form (:meth:`~subzero.operator.Operator.map_p_rows`) and the payloads one
+    width: ``(input linear indices, output linear indices covered)``; else None."""
+    fixed = _fixed_rows(pairs)
+    if fixed is None:
+        return None
+    rows, outs = fixed
+    got = op.map_p_rows(to_coords(outs, out_shape), rows, i)
+    if got is None:
+        return None
+    return (np.asarray(got).astype(np.uint64, copy=False),
+            np.asarray(outs).astype(np.uint64, copy=False))
+
+
+def _no_check() -> None:
+    pass
+
+
+def _payload_backward_lin(pairs_for: PairsFor, op: Any, i: int, front: Frontier,
+                          composite: bool, check: Callable[[], None]) -> Frontier | None:
+    """:func:`payload_lineage` backward for a sparse frontier, on linear indices only (no
+    mask of either array); None when the operator's default mapping needs the mask."""
+    in_shape, out_shape = op.in_shapes[i], op.out_shape
+    pairs = pairs_for(front.lin, front)
+    batch = _payload_rows(op, i, pairs, out_shape)
+    groups = [] if batch is not None else group_by_payload(pairs)
+    parts = [] if batch is None else [batch[0]]
+    if composite:  # the mapping default for the cells that stored no payload
+        have = (batch[1] if batch is not None else
+                np.concatenate([outs for _, outs in groups]).astype(np.uint64) if groups
+                else np.empty(0, np.uint64))
+        rest = np.setdiff1d(front.lin, have)
+        if len(rest):
+            lin = op.map_b_lin(rest, i)
+            if lin is None:
+                return None
+            parts.append(np.asarray(lin, dtype=np.uint64))
+    for payload, outs in groups:
+        check()
+        got = as_linear(op.map_p(to_coords(outs, out_shape), payload, i), in_shape)
+        parts.append(np.asarray(got).astype(np.uint64, copy=False))
+    lin = unique(np.concatenate(parts)) if parts else np.empty(0, np.uint64)
+    return Frontier(in_shape, lin=lin)
+
+
+def payload_lineage(pairs_for: PairsFor, op: Any, i: int, backward: bool, front: Frontier,
+                    composite: bool, check: Callable[[], None] | None = None) -> Frontier:
+    """Payload (or, ``composite``, Comp) lineage of the frontier ``front`` through input
+    ``i`` of the operator ``op``, from the payload pairs ``pairs_for`` provides (a query:
+    its shards; the lineage checker: the pairs of a run in memory).
+
+    Backward applies ``map_p`` (its batch form ``map_p_rows`` when the operator has one and
+    the payloads one width) to the payloads of the frontier's cells; forward scans every
+    payload with ``map_p_hits`` (``map_p_rows_hits``; paper V-A3). Composite lineage is the
+    mapping default, overridden by the payload answer for the cells that stored a payload.
+    ``check`` is called between payload groups (a query's deadline).
+    """
+    check = check or _no_check
+    in_shape, out_shape = op.in_shapes[i], op.out_shape
+    if backward and front.sparse:
+        got = _payload_backward_lin(pairs_for, op, i, front, composite, check)
+        if got is not None:
+            return got
+    f = front.mask
+    if backward:
+        pairs = pairs_for(front.lin, front)
+        batch = _payload_rows(op, i, pairs, out_shape)
+        groups = [] if batch is not None else group_by_payload(pairs)
+        res = None
+        if composite:  # the mapping default for the cells that stored no payload
+            rest = f.copy()
+            if batch is not None:
+                rest.reshape(-1)[batch[1].astype(np.intp)] = False
+            for _, outs in groups:
+                rest.reshape(-1)[outs.astype(np.intp)] = False
+            if not (groups or batch is not None) or rest.any():
+                res = np.asarray(op.map_b(rest, i), dtype=bool)
+                if not res.flags.writeable:
+                    res = res.copy()
+        if res is None:
+            res = np.zeros(in_shape, dtype=bool)
+        flat = res.reshape(-1)
+        if batch is not None:
+            flat[batch[0].astype(np.intp)] = True
+        for payload, outs in groups:
+            check()
+            got = as_linear(op.map_p(to_coords(outs, out_shape), payload, i), in_shape)
+            flat[got.astype(np.intp)] = True
+        return Frontier(in_shape, mask=res)
+    # forward: payloads cannot be keyed by input cells; scan them all (paper V-A3)
+    pairs = pairs_for(None, None)
+    res = np.zeros(out_shape, dtype=bool)
+    covered = np.zeros(out_shape, dtype=bool)
+    fixed = _fixed_rows(pairs)
+    if fixed is not None:  # every payload at once, when the operator has the batch form
+        rows, outs = fixed
+        hits = op.map_p_rows_hits(to_coords(outs, out_shape), rows, i, f)
+        if hits is not None:
+            covered.reshape(-1)[outs.astype(np.intp)] = True
+            res.reshape(-1)[outs[np.asarray(hits, bool)].astype(np.intp)] = True
+            pairs = None
+    for payload, outs in group_by_payload(pairs):
+        check()
+        covered.reshape(-1)[outs.astype(np.intp)] = True
+        hits = np.asarray(op.map_p_hits(to_coords(outs, out_shape), payload, i, f), bool)
+        res.reshape(-1)[outs[hits].astype(np.intp)] = True
+    if composite:
+        res |= np.asarray(op.map_f(f, i), dtype=bool) & ~covered
+    return Frontier(out_shape, mask=res)
+
+
 def expand_pairs(batch: PairBatch, i: int) -> set[tuple[int, int]]:
     """Brute-force model: the set of (out, in) linear-index pairs of input ``i``.
 
@@ -136,4 +316,5 @@ def expand_pairs(batch: PairBatch, i: int) -> set[tuple[int, int]]:
     return pairs
 
 
-__all__ = ["PairBatch", "ShardSpec", "LineageSink", "MemorySink", "expand_pairs"]
+__all__ = ["PairBatch", "PairsFor", "ShardSpec", "LineageSink", "MemorySink", "expand_pairs",
+           "group_by_payload", "payload_lineage"]

@@ -43,8 +43,8 @@ import numpy as np
 from subzero.cells import as_linear
 from subzero.chunking import Chunking, task_grid
 from subzero.errors import SubZeroError
-from subzero.frontier import mask_from_linear
-from subzero.lineage import PairBatch
+from subzero.frontier import Frontier, mask_from_linear
+from subzero.lineage import PairBatch, payload_lineage
 from subzero.modes import Mode
 from subzero.testing import perturb, run_chunked
 
@@ -230,62 +230,93 @@ def _full_lookup(pairs: PairBatch | None, key_side: Any, val_side: Any, want: np
     return res
 
 
+def _problem(e: BaseException) -> str:
+    """``Type: first line of the message``."""
+    msg = str(e).splitlines()[0] if str(e) else ""
+    return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+
+
+#: the lineage functions whose failures the checker names (a user's bug, not SubZero's)
+_LINEAGE_FUNCTIONS = frozenset({"map_b", "map_f", "map_b_lin", "map_f_lin", "map_p",
+                                "map_p_hits", "map_p_rows", "map_p_rows_hits"})
+
+
+class _Checked:
+    """An operator whose lineage functions' failures are a :class:`CheckError` naming the
+    operator and the function, and whose ``map_b`` / ``map_f`` answers must have the
+    shape of the input / output they map to."""
+
+    def __init__(self, op: Any) -> None:
+        self._op = op
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._op, name)
+        if name not in _LINEAGE_FUNCTIONS:
+            return attr
+        op = self._op
+
+        def call(*args: Any) -> Any:
+            try:
+                got = attr(*args)
+            except CheckError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the user's lineage function, in one line
+                raise CheckError(f"operator {op.name!r}: {name} failed: {_problem(e)}"
+                                 ) from None
+            if name in ("map_b", "map_f"):
+                want = tuple(op.in_shapes[args[1]] if name == "map_b" else op.out_shape)
+                if tuple(np.shape(got)) != want:
+                    raise CheckError(
+                        f"operator {op.name!r}: {name} returned shape {tuple(np.shape(got))} "
+                        f"for input {args[1]}; expected {want}")
+            return got
+        return call
+
+
 class _Lineage:
-    """Backward and forward lineage of one operator in one mode."""
+    """Backward and forward lineage of one operator in one mode, read as queries read it:
+    the mapping functions (``MAP``), region pairs (``FULL``), or the run's payload pairs
+    through :func:`subzero.lineage.payload_lineage` (``PAY``, ``COMP``)."""
 
     def __init__(self, op: Any, mode: Mode, full: PairBatch | None,
                  pays: PairBatch | None) -> None:
-        self.op, self.mode, self.full, self.pays = op, mode, full, pays
+        self.op, self.mode, self.full, self.pays = _Checked(op), mode, full, pays
         self.covered = np.zeros(int(np.prod(op.out_shape)), dtype=bool)
         if mode in (Mode.PAY, Mode.COMP) and pays is not None and len(pays):
             self.covered[pays.out.values.astype(np.intp)] = True
+
+    def _pairs_for(self, out_lin: np.ndarray | None, _f: Frontier | None
+                   ) -> PairBatch | None:
+        if self.pays is None or out_lin is None:
+            return self.pays
+        return self.pays.restrict(out_lin)
+
+    def _payload(self, f: np.ndarray, i: int, backward: bool) -> np.ndarray:
+        shape = f.shape
+        front = Frontier(shape, lin=np.flatnonzero(f).astype(np.uint64))
+        got = payload_lineage(self._pairs_for, self.op, i, backward, front,
+                              self.mode is Mode.COMP)
+        return got.mask
 
     def backward(self, f_out: np.ndarray, i: int) -> np.ndarray:
         op, shape = self.op, self.op.in_shapes[i]
         if self.mode is Mode.MAP:
             return np.asarray(op.map_b(f_out, i), dtype=bool)
-        lin = np.flatnonzero(f_out)
-        size = int(np.prod(shape))
         if self.mode is Mode.FULL:
             return _full_lookup(self.full, self.full.out if self.full else None,
-                                self.full.ins[i] if self.full else None, lin,
-                                size).reshape(shape)
-        res = np.zeros(size, dtype=bool)
-        if self.pays is not None:
-            out = self.pays.out
-            hit = np.isin(out.values, lin)
-            for k in np.unique(out.row_ids()[hit]):
-                vals = out.row(int(k))
-                mine = vals[np.isin(vals, lin)].astype(np.int64)
-                cells = np.stack(np.unravel_index(mine, op.out_shape), axis=1)
-                got = as_linear(op.map_p(cells, self.pays.payload_bytes(int(k)), i), shape)
-                res[got.astype(np.intp)] = True
-        if self.mode is Mode.COMP:
-            rest = f_out.reshape(-1) & ~self.covered
-            if rest.any():
-                res |= np.asarray(op.map_b(rest.reshape(f_out.shape), i), dtype=bool).reshape(-1)
-        return res.reshape(shape)
+                                self.full.ins[i] if self.full else None,
+                                np.flatnonzero(f_out), int(np.prod(shape))).reshape(shape)
+        return self._payload(f_out, i, True)
 
     def forward(self, f_in: np.ndarray, i: int) -> np.ndarray:
         op = self.op
         if self.mode is Mode.MAP:
             return np.asarray(op.map_f(f_in, i), dtype=bool)
-        size = int(np.prod(op.out_shape))
         if self.mode is Mode.FULL:
             return _full_lookup(self.full, self.full.ins[i] if self.full else None,
                                 self.full.out if self.full else None, np.flatnonzero(f_in),
-                                size).reshape(op.out_shape)
-        res = np.zeros(size, dtype=bool)
-        if self.pays is not None:
-            for k in range(len(self.pays)):
-                outs = self.pays.out.row(k).astype(np.int64)
-                cells = np.stack(np.unravel_index(outs, op.out_shape), axis=1)
-                hits = np.asarray(op.map_p_hits(cells, self.pays.payload_bytes(k), i, f_in),
-                                  dtype=bool)
-                res[outs[hits]] = True
-        if self.mode is Mode.COMP:
-            res |= np.asarray(op.map_f(f_in, i), dtype=bool).reshape(-1) & ~self.covered
-        return res.reshape(op.out_shape)
+                                int(np.prod(op.out_shape))).reshape(op.out_shape)
+        return self._payload(f_in, i, False)
 
 
 # ---------------------------------------------------------------------------------------
@@ -458,8 +489,8 @@ class _Runner:
         except SubZeroError:
             raise
         except Exception as e:  # noqa: BLE001 - the user's operator, named in one line
-            raise CheckError(f"operator {op.name!r} fails on its inputs: {type(e).__name__}: "
-                             f"{str(e).splitlines()[0] if str(e) else ''}") from None
+            raise CheckError(f"operator {op.name!r} fails on its inputs: {_problem(e)}"
+                             ) from None
 
     def _run(self, inputs: Sequence[np.ndarray], whole: bool) -> np.ndarray:
         self.runs += 1
@@ -491,38 +522,49 @@ class _Runner:
         return ~_same(self._base[whole].reshape(-1)[lin], got, self.rtol)
 
 
+#: changed input cells: (input index per cell, linear index per cell), in input then
+#: cell order
+Cells = tuple[np.ndarray, np.ndarray]
+
+
 def _apply(inputs: Sequence[np.ndarray], variant: Sequence[np.ndarray],
-           cells: Sequence[tuple[int, int]]) -> list[np.ndarray]:
-    """``inputs`` with only ``cells`` ((input, linear index) pairs) taken from ``variant``."""
+           cells: Cells) -> list[np.ndarray]:
+    """``inputs`` with only ``cells`` taken from ``variant``."""
+    which, lin = cells
     out = [a.copy() for a in inputs]
-    for i, lin in cells:
-        out[i].reshape(-1)[lin] = variant[i].reshape(-1)[lin]
+    for i in range(len(out)):
+        mine = lin[which == i]
+        if len(mine):
+            out[i].reshape(-1)[mine] = variant[i].reshape(-1)[mine]
     return out
 
 
-def _shrink(runner: _Runner, variant: Sequence[np.ndarray], lin: int) -> list[tuple[int, int]]:
+def _shrink(runner: _Runner, variant: Sequence[np.ndarray], lin: int) -> Cells:
     """A small set of changed cells of ``variant`` that still changes output ``lin``:
     halve while one half alone does it, then drop single cells (at most 32 tries)."""
     want = np.array([lin])
-    cur = [(i, int(c)) for i, (a, v) in enumerate(zip(runner.inputs, variant))
-           for c in np.flatnonzero(~_same(a.reshape(-1), v.reshape(-1), 0.0))]
-    while len(cur) > 1:
-        half = len(cur) // 2
-        for part in (cur[:half], cur[half:]):
-            if runner.changed(_apply(runner.inputs, variant, part), want)[0]:
-                cur = part
+    diff = [np.flatnonzero(~_same(a.reshape(-1), v.reshape(-1), 0.0))
+            for a, v in zip(runner.inputs, variant)]
+    which = np.repeat(np.arange(len(diff), dtype=np.int64), [len(d) for d in diff])
+    cells = np.concatenate(diff).astype(np.int64) if diff else np.empty(0, np.int64)
+    while len(cells) > 1:
+        half = len(cells) // 2
+        for part in (slice(None, half), slice(half, None)):
+            if runner.changed(_apply(runner.inputs, variant, (which[part], cells[part])),
+                              want)[0]:
+                which, cells = which[part], cells[part]
                 break
         else:
             break
-    tries = 0
-    for c in list(cur):
-        if len(cur) == 1 or tries >= 32:
+    alive = np.ones(len(cells), dtype=bool)
+    for k in range(min(len(cells), 32)):
+        if alive.sum() == 1:
             break
-        tries += 1
-        rest = [x for x in cur if x != c]
-        if runner.changed(_apply(runner.inputs, variant, rest), want)[0]:
-            cur = rest
-    return cur
+        alive[k] = False
+        if not runner.changed(_apply(runner.inputs, variant, (which[alive], cells[alive])),
+                              want)[0]:
+            alive[k] = True
+    return which[alive], cells[alive]
 
 
 def _example(runner: _Runner, variant: Sequence[np.ndarray], cell: tuple[int, ...],
@@ -532,18 +574,19 @@ def _example(runner: _Runner, variant: Sequence[np.ndarray], cell: tuple[int, ..
     got = runner.outputs(changed, np.array([lin]))
     after = None if got is None else got[0]
     before = runner.base.reshape(-1)[lin]
+    n = len(cells[1])
     shown = []
-    for i, c in cells[:8]:
+    for i, c in zip(cells[0][:8].tolist(), cells[1][:8].tolist()):
         coord = [int(v) for v in np.unravel_index(c, runner.inputs[i].shape)]
         shown.append({"input": i, "cell": coord,
                       "old": _plain(runner.inputs[i].reshape(-1)[c]),
                       "new": _plain(variant[i].reshape(-1)[c])})
     where = "; ".join(f"input {s['input']} {s['cell']} {s['old']!r} -> {s['new']!r}"
                       for s in shown[:3])
-    more = f" and {len(cells) - 3} more" if len(cells) > 3 else ""
-    summary = (f"{len(cells)} input cell(s) outside its lineage ({where}{more}) changes the "
+    more = f" and {n - 3} more" if n > 3 else ""
+    summary = (f"{n} input cell(s) outside its lineage ({where}{more}) changes the "
                f"output {_plain(before)!r} -> {_plain(after)!r}")
-    return {"cells": shown, "n_cells": len(cells), "before": _plain(before),
+    return {"cells": shown, "n_cells": n, "before": _plain(before),
             "after": _plain(after), "summary": summary}
 
 
@@ -722,7 +765,13 @@ def check_operator(op: Any, inputs: Sequence[np.ndarray], samples: int = 24, see
     for k, mode in enumerate(want):
         full = pays = None
         if mode in (Mode.FULL, Mode.PAY, Mode.COMP):
-            _, full, pays = run_chunked(op, inputs, split, (mode,))
+            try:
+                _, full, pays = run_chunked(op, inputs, split, (mode,))
+            except CheckError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the user's operator, named in one line
+                raise CheckError(f"operator {op.name!r} fails recording its {mode.value} "
+                                 f"lineage: {_problem(e)}") from None
         lineage = _Lineage(op, mode, full, pays)
         covered = lineage.covered if mode in (Mode.PAY, Mode.COMP) else None
         cells = given or sample_cells(op, runner.base, samples, rng, split, covered)

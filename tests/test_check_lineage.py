@@ -5,17 +5,25 @@ input is one line with exit 2."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import json
+import pkgutil
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+import operators
 import subzero
+import workflows
 from operators import Convolve, UDF
+from subzero.cells import Ragged
 from subzero.cli.main import main
+from subzero.lineage import PairBatch
 from subzero.modes import Mode
-from subzero.operator import stencil
+from subzero.operator import Operator, stencil
 from subzero.testing import bind, run_chunked
 from workflows.checkable import CHECKED, SHIPPED_UDFS, default_inputs
 
@@ -98,6 +106,85 @@ class RefusesNegative(UDF):
 class AlwaysFails(RefusesNegative):
     def run(self, ctx, x):
         raise RuntimeError("kernel not implemented")
+
+
+class NoBackward(RefusesNegative):
+    """A UDF whose backward mapping is not written yet."""
+
+    def map_b(self, f, i):
+        raise NotImplementedError("backward mapping to do")
+
+
+class WrongShape(RefusesNegative):
+    """A UDF whose backward mapping answers for a flattened array."""
+
+    def map_b(self, f, i):
+        return f.reshape(-1)
+
+
+class FailsRecording(RefusesNegative):
+    """A UDF that runs, but raises when asked to record its full lineage."""
+
+    def supported_modes(self):
+        return frozenset({Mode.MAP, Mode.FULL, Mode.BLACKBOX})
+
+    def run(self, ctx, x):
+        if ctx.full:
+            raise KeyError("lineage writer to do")
+        return np.sqrt(x)
+
+
+@pytest.mark.parametrize("cls, named", [
+    ("NoBackward", ("NoBackward': map_b failed: NotImplementedError: backward "
+                    "mapping to do")),
+    ("WrongShape", "WrongShape': map_b returned shape (16,) for input 0; expected (4, 4)"),
+    ("FailsRecording", ("FailsRecording' fails recording its FULL lineage: "
+                        "KeyError: 'lineage writer to do'")),
+])
+def test_a_broken_lineage_function_is_bad_input_naming_it(cls, named, capsys, tmp_path):
+    """A user's lineage function that raises or answers the wrong shape is exit 2 naming
+    the operator and the function, not an internal error (nor exit 1, which is unsound)."""
+    np.save(tmp_path / "x.npy", np.ones((4, 4)))
+    code = main(["check-lineage", f"tests.test_check_lineage:{cls}", "--input",
+                 str(tmp_path / "x.npy")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and named in err, err
+
+
+def test_a_large_unsound_change_shrinks_to_the_cells_that_matter():
+    """Every cell but one's own is changed (a 40x40 blur declaring itself only): the
+    bisection still ends at one or two neighbours, which really move the output."""
+    x = np.random.default_rng(7).normal(size=(40, 40))
+    rep = subzero.check_lineage(TooSmallBlur, inputs=[x], samples=3, seed=2)
+    op = bind(TooSmallBlur(), x)
+    base = run_chunked(op, [x])[0]
+    for c in rep.mode("MAP").unsound:
+        ex = c.example
+        assert 1 <= ex["n_cells"] <= 2 and len(ex["cells"]) == ex["n_cells"]
+        y = x.copy()
+        for cell in ex["cells"]:
+            assert np.abs(np.array(cell["cell"]) - np.array(c.cell)).max() == 1
+            y[tuple(cell["cell"])] = cell["new"]
+        assert run_chunked(op, [y])[0][c.cell] != base[c.cell]
+    assert len(rep.mode("MAP").unsound) == 3
+
+
+def test_pair_restriction_matches_brute_force():
+    """``PairBatch.restrict`` (the checker's in-memory stand-in for a shard's
+    ``payload_pairs``) keeps the pairs meeting the cells, each cut to those cells, with
+    its payload."""
+    rng = np.random.default_rng(3)
+    rows = [rng.choice(50, rng.integers(0, 5), replace=False) for _ in range(30)]
+    pays = [rng.integers(0, 256, rng.integers(1, 4)) for _ in range(30)]
+    b = PairBatch(Ragged.from_rows(rows), payload=Ragged.from_rows(pays, np.uint8))
+    want = np.sort(rng.choice(50, 12, replace=False)).astype(np.uint64)
+    got = b.restrict(want)
+    expected = [(sorted(set(r.tolist()) & set(want.tolist())), p.tolist())
+                for r, p in zip(rows, pays) if set(r.tolist()) & set(want.tolist())]
+    assert [(sorted(o.tolist()), p.tolist())
+            for o, p in zip(got.out.rows(), got.payload.rows())] == expected
+    assert len(b.restrict(np.empty(0, np.uint64))) == 0
 
 
 def test_runs_the_operator_refuses_are_skipped_and_counted():
@@ -295,6 +382,7 @@ def test_a_check_is_reproducible_from_its_seed():
     (["MedianFilter", "--input", "x.txt"], "'x.txt'"),
     (["MedianFilter", "--input", "missing.npy"], "missing.npy: no such file"),
     (["MedianFilter", "--input", "e.npy"], "holds no cells"),
+    (["MedianFilter", "--input", "s.npy"], "s.npy holds a 0-d array"),
     (["MedianFilter", "--input", "a.npy", "--cells", "1;1,2"], "'1,2' has 2 coordinates"),
     (["MedianFilter", "--seed", "-1"], "--seed -1"),
     (["MedianFilter", "--shape", "100000x100000"], "10,000,000,000 cells"),
@@ -310,8 +398,30 @@ def test_bad_input_is_one_line_and_exit_2(argv, named, capsys, tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     np.save(tmp_path / "a.npy", np.zeros((4, 4)))
     np.save(tmp_path / "e.npy", np.zeros((0, 4)))
+    np.save(tmp_path / "s.npy", np.float64(3.0))
     code = main(["check-lineage", *argv])
     err = capsys.readouterr().err.strip()
     assert code == 2, err
     assert len(err.splitlines()) == 1 and err.startswith("subzero: error:"), err
     assert named in err, err
+
+
+def _concrete_operators():
+    """Every concrete Operator class defined in the ``operators`` package and in the
+    ``workflows/*_udfs.py`` modules, by name."""
+    mods = [importlib.import_module(f"operators.{m.name}")
+            for m in pkgutil.iter_modules(operators.__path__)]
+    mods += [importlib.import_module(f"workflows.{p.stem}")
+             for p in Path(workflows.__file__).parent.glob("*_udfs.py")]
+    return {cls.__name__ for mod in mods for cls in vars(mod).values()
+            if isinstance(cls, type) and issubclass(cls, Operator)
+            and cls.__module__ == mod.__name__ and not inspect.isabstract(cls)
+            and not cls.__name__.startswith("_")}
+
+
+def test_every_builtin_and_shipped_udf_is_checked():
+    """A new built-in or shipped UDF cannot go unchecked: it must be in CHECKED (with
+    inputs of its own kind) to be in the soundness test above."""
+    found = _concrete_operators()
+    assert {"MedianFilter", "CosmicRayDetect", "Validate"} <= found  # the scan works
+    assert sorted(found - set(CHECKED)) == []

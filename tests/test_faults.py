@@ -17,8 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from encoders.lookup import ShardReader
 from subzero.cli import main
 from subzero.engine.verify import verify_run
+from subzero.errors import DamagedError
+from subzero.query.stored import ShardReaders
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.spark
@@ -184,6 +187,33 @@ def test_garbage_page_with_method_stored_is_one_line(damaged, capsys):
     assert ("damaged lineage shard of operator 'clust', strategy comp-one-bwd, chunk 0.0"
             in lines[0])
     assert "subzero verify r1" in lines[0] and "internal error" not in err
+
+
+def test_a_decoder_bug_on_an_intact_shard_is_not_called_damage(damaged, capsys, monkeypatch):
+    """A decoding error (KeyError, ValueError, IndexError) on a shard whose files still
+    match their checksum is a bug: it is raised, not hidden as damage behind a
+    re-execution; the same error on a shard that no longer matches is damage."""
+    home, _ = damaged
+
+    def decoder_bug(self, *args, **kwargs):
+        raise KeyError("cells_v2")
+
+    for name in ("backward", "forward", "payload_pairs"):
+        monkeypatch.setattr(ShardReader, name, decoder_bug)
+    code, out, err = _query(home, capsys)
+    assert code != 0 and "cells_v2" in err, (out, err)
+    assert "damaged lineage shard" not in out + err
+    # the same error once the shard's files no longer match (damaged after it was opened
+    # and checked): damage
+    rows = [r for r in _rows(home) if r["op"] == "clust"]
+    reader = ShardReaders(str(home)).reader(rows[0])
+    with pytest.raises(KeyError, match="cells_v2"):
+        reader.payload_pairs(None)
+    with open(_clust_shard(home) / "data.mdb", "r+b") as f:
+        f.seek(4096)
+        f.write(os.urandom(4096))
+    with pytest.raises(DamagedError, match="'clust'.*KeyError: 'cells_v2'"):
+        reader.payload_pairs(None)
 
 
 @pytest.mark.parametrize("damage", ["remove", "truncate"])

@@ -38,6 +38,9 @@ def _load_input(path: str) -> np.ndarray:
     if Path(path).suffix != ".npy":
         raise CliError(f"--input {path!r}: expected a .npy file")
     arr = load_npy(path, "--input", "an input array")
+    if arr.ndim == 0:
+        raise CliError(f"--input {path} holds a 0-d array (a single value); expected an "
+                       "array with at least one axis")
     if arr.size == 0:
         raise CliError(f"--input {path} holds no cells (shape {arr.shape}); expected an "
                        "array with at least one cell")

@@ -4,7 +4,8 @@ the union of their answers (full lineage) or the payload functions applied to th
 Full lineage answers in either direction (a mismatched direction scans). Payload lineage
 answers backward with ``map_p`` on the payloads of the frontier's cells; forward it scans
 every payload (paper V-A3). Composite lineage is the mapping default, overridden by the
-payload answer for the cells that stored a payload.
+payload answer for the cells that stored a payload. The payload functions are applied by
+:func:`subzero.lineage.payload_lineage`, shared with the lineage checker.
 """
 
 from __future__ import annotations
@@ -18,10 +19,9 @@ import numpy as np
 from encoders.base import LookupTimeout, check_deadline
 from encoders.lookup import ShardReader, open_shard
 from encoders.store import check_shard_files
-from subzero.cells import as_linear, to_coords, unique
 from subzero.errors import DamagedError, StoreError
 from subzero.frontier import Frontier, FrontierUnion
-from subzero.lineage import PairBatch
+from subzero.lineage import PairBatch, group_by_payload, payload_lineage
 from subzero.operator import Operator
 
 # One reader per shard for the whole process: LMDB refuses to open an environment twice in
@@ -48,11 +48,18 @@ def _problem(e: BaseException) -> str:
     return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
 
 
-class _Guarded:
-    """A shard reader whose read errors name its shard (:func:`damaged`)."""
+#: read errors that are also what a decoder bug raises: damage only when the shard's files
+#: no longer match their checksum
+DECODE_ERRORS = (ValueError, KeyError, IndexError)
 
-    def __init__(self, reader: ShardReader, row: dict[str, Any]) -> None:
-        self._reader, self._row = reader, row
+
+class _Guarded:
+    """A shard reader whose read errors name its shard (:func:`damaged`). A decoding error
+    on a shard whose files still match the recorded checksum is a bug, not damage: it is
+    raised as it is rather than hidden behind a re-execution."""
+
+    def __init__(self, reader: ShardReader, row: dict[str, Any], path: str) -> None:
+        self._reader, self._row, self._path = reader, row, path
         self.out_box = reader.out_box
 
     def __getattr__(self, name: str) -> Any:
@@ -66,8 +73,16 @@ class _Guarded:
             except LookupTimeout:
                 raise
             except READ_ERRORS as e:
+                if isinstance(e, DECODE_ERRORS) and self._intact():
+                    raise
                 raise damaged(self._row, f"cannot be read ({_problem(e)})") from None
         return call
+
+    def _intact(self) -> bool:
+        """The shard's files still match the checksum recorded for it (False when none was
+        recorded: a decoding error is then taken for damage)."""
+        checksum = self._row.get("checksum")
+        return bool(checksum) and check_shard_files(self._path, checksum) is None
 
 
 class ShardReaders:
@@ -101,7 +116,7 @@ class ShardReaders:
                 raise damaged(row, f"cannot be opened ({_problem(e)})") from None
             _READERS[key] = raw
             _OPENED[0] += 1
-        reader = self._by_row[row["path"]] = _Guarded(raw, row)
+        reader = self._by_row[row["path"]] = _Guarded(raw, row, key)
         return reader
 
     def unopened(self, key: tuple[str, str], rows: Sequence[dict[str, Any]]) -> int:
@@ -143,142 +158,17 @@ def _payload_pairs(readers: Sequence[ShardReader], q: np.ndarray | None,
     return PairBatch.concat(batches)
 
 
-def group_by_payload(pairs: PairBatch | None) -> list[tuple[bytes, np.ndarray]]:
-    """``[(payload, output linear indices)]``, one group per distinct payload (vectorized
-    when payloads have one length, which is the common case)."""
-    if pairs is None or not len(pairs):
-        return []
-    lens = pairs.payload.lengths
-    if len(lens) and (lens == lens[0]).all():
-        width = int(lens[0])
-        rows = pairs.payload.values.reshape(len(pairs), width) if width else np.zeros(
-            (len(pairs), 1), np.uint8)
-        uniq, inv = np.unique(rows, axis=0, return_inverse=True)
-        inv = inv.reshape(-1)
-        payloads = [u.tobytes() if width else b"" for u in uniq]
-    else:
-        keys = [pairs.payload.row(k).tobytes() for k in range(len(pairs))]
-        payloads, inv = np.unique(np.array(keys, dtype=object), return_inverse=True)
-        payloads = list(payloads)
-    order = np.argsort(inv, kind="stable")
-    bounds = np.searchsorted(inv[order], np.arange(len(payloads) + 1))
-    out = []
-    for g, p in enumerate(payloads):
-        rows_g = order[bounds[g]:bounds[g + 1]]
-        out.append((p, pairs.out.take(rows_g).values))
-    return out
-
-
-def _fixed_rows(pairs: PairBatch | None) -> tuple[np.ndarray, np.ndarray] | None:
-    """Payload pairs as ``(payload per output cell (n, width) uint8, output linear
-    indices)`` when every payload has one width (else None)."""
-    if pairs is None or not len(pairs):
-        return None
-    lens = pairs.payload.lengths
-    if not (lens == lens[0]).all() or int(lens[0]) == 0:
-        return None
-    rows = pairs.payload.values.reshape(len(pairs), int(lens[0]))
-    return rows[pairs.out.row_ids()], pairs.out.values
-
-
-def _payload_backward_lin(readers: Sequence[ShardReader], op: Operator, i: int,
-                          front: Frontier, composite: bool, deadline: float | None
-                          ) -> Frontier | None:
-    """:func:`read_payload` backward for a sparse frontier, on linear indices only (no
-    mask of either array); None when the operator's default mapping needs the mask."""
-    in_shape, out_shape = op.in_shapes[i], op.out_shape
-    pairs = _payload_pairs(readers, front.lin, front, deadline)
-    batch = _payload_rows(op, i, pairs, out_shape)
-    groups = [] if batch is not None else group_by_payload(pairs)
-    parts = [] if batch is None else [batch[0]]
-    if composite:  # the mapping default for the cells that stored no payload
-        have = (batch[1] if batch is not None else
-                np.concatenate([outs for _, outs in groups]).astype(np.uint64) if groups
-                else np.empty(0, np.uint64))
-        rest = np.setdiff1d(front.lin, have)
-        if len(rest):
-            lin = op.map_b_lin(rest, i)
-            if lin is None:
-                return None
-            parts.append(np.asarray(lin, dtype=np.uint64))
-    for payload, outs in groups:
-        check_deadline(deadline)
-        got = as_linear(op.map_p(to_coords(outs, out_shape), payload, i), in_shape)
-        parts.append(np.asarray(got).astype(np.uint64, copy=False))
-    lin = unique(np.concatenate(parts)) if parts else np.empty(0, np.uint64)
-    return Frontier(in_shape, lin=lin)
-
-
-def _payload_rows(op: Operator, i: int, pairs: PairBatch | None, out_shape: tuple
-                  ) -> tuple[np.ndarray, np.ndarray] | None:
-    """Backward payload lineage of every pair in one vectorized call, when the operator
-    has a batch form (:meth:`~subzero.operator.Operator.map_p_rows`) and the payloads one
-    width: ``(input linear indices, output linear indices covered)``; else None."""
-    fixed = _fixed_rows(pairs)
-    if fixed is None:
-        return None
-    rows, outs = fixed
-    got = op.map_p_rows(to_coords(outs, out_shape), rows, i)
-    if got is None:
-        return None
-    return (np.asarray(got).astype(np.uint64, copy=False),
-            np.asarray(outs).astype(np.uint64, copy=False))
-
-
 def read_payload(readers: Sequence[ShardReader], op: Operator, i: int, backward: bool,
                  front: Frontier, composite: bool, deadline: float | None) -> Frontier:
-    """Payload (or, ``composite``, Comp) lineage of the frontier through input ``i``."""
-    in_shape, out_shape = op.in_shapes[i], op.out_shape
-    if backward and front.sparse:
-        got = _payload_backward_lin(readers, op, i, front, composite, deadline)
-        if got is not None:
-            return got
-    f = front.mask
-    if backward:
-        pairs = _payload_pairs(readers, front.lin, front, deadline)
-        batch = _payload_rows(op, i, pairs, out_shape)
-        groups = [] if batch is not None else group_by_payload(pairs)
-        res = None
-        if composite:  # the mapping default for the cells that stored no payload
-            rest = f.copy()
-            if batch is not None:
-                rest.reshape(-1)[batch[1].astype(np.intp)] = False
-            for _, outs in groups:
-                rest.reshape(-1)[outs.astype(np.intp)] = False
-            if not (groups or batch is not None) or rest.any():
-                res = np.asarray(op.map_b(rest, i), dtype=bool)
-                if not res.flags.writeable:
-                    res = res.copy()
-        if res is None:
-            res = np.zeros(in_shape, dtype=bool)
-        flat = res.reshape(-1)
-        if batch is not None:
-            flat[batch[0].astype(np.intp)] = True
-        for payload, outs in groups:
-            check_deadline(deadline)
-            got = as_linear(op.map_p(to_coords(outs, out_shape), payload, i), in_shape)
-            flat[got.astype(np.intp)] = True
-        return Frontier(in_shape, mask=res)
-    # forward: payloads cannot be keyed by input cells; scan them all (paper V-A3)
-    pairs = _payload_pairs(readers, None, None, deadline)
-    res = np.zeros(out_shape, dtype=bool)
-    covered = np.zeros(out_shape, dtype=bool)
-    fixed = _fixed_rows(pairs)
-    if fixed is not None:  # every payload at once, when the operator has the batch form
-        rows, outs = fixed
-        hits = op.map_p_rows_hits(to_coords(outs, out_shape), rows, i, f)
-        if hits is not None:
-            covered.reshape(-1)[outs.astype(np.intp)] = True
-            res.reshape(-1)[outs[np.asarray(hits, bool)].astype(np.intp)] = True
-            pairs = None
-    for payload, outs in group_by_payload(pairs):
-        check_deadline(deadline)
-        covered.reshape(-1)[outs.astype(np.intp)] = True
-        hits = np.asarray(op.map_p_hits(to_coords(outs, out_shape), payload, i, f), bool)
-        res.reshape(-1)[outs[hits].astype(np.intp)] = True
-    if composite:
-        res |= np.asarray(op.map_f(f, i), dtype=bool) & ~covered
-    return Frontier(out_shape, mask=res)
+    """Payload (or, ``composite``, Comp) lineage of the frontier through input ``i``, from
+    the shards' payload pairs (:func:`subzero.lineage.payload_lineage`, which the lineage
+    checker runs on a run's pairs in memory)."""
+
+    def pairs_for(q: np.ndarray | None, f: Frontier | None) -> PairBatch | None:
+        return _payload_pairs(readers, q, f, deadline)
+
+    return payload_lineage(pairs_for, op, i, backward, front, composite,
+                           lambda: check_deadline(deadline))
 
 
 __all__ = ["ShardReaders", "read_full", "read_payload", "group_by_payload"]

@@ -10,9 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import subzero
 from subzero.cells import as_linear
 from subzero.testing import bind
+from workflows.astro_data import SKY
 from workflows.astro_udfs import TAG_CELLS, CosmicRayDetect
+from workflows.checkable import default_inputs
 
 SHAPE = (23, 17)
 
@@ -62,3 +65,26 @@ def test_a_garbled_path_payload_is_named():
     op = bind(CosmicRayDetect(), np.zeros(SHAPE))
     with pytest.raises(Exception, match="cosmic-ray path payload"):
         op.map_p_rows(np.array([[3, 3]]), np.array([[2, 9, 4, 4, 4]], np.uint8), 0)
+
+
+class RowsForgetTheSteps(CosmicRayDetect):
+    """Decodes one payload at a time right, but the batch forms (what queries use) name
+    only the cell itself."""
+
+    def map_p_rows(self, outcells, payloads, i):
+        return as_linear(outcells, self.in_shapes[i])
+
+    def map_p_rows_hits(self, outcells, payloads, i, frontier_in):
+        return frontier_in.reshape(-1)[as_linear(outcells, self.in_shapes[i])]
+
+
+def test_the_checker_reads_payloads_with_the_batch_form_queries_use():
+    """A bug in ``map_p_rows`` alone makes queries wrong, so check-lineage must see it:
+    the checker decodes payloads as queries do (:func:`subzero.lineage.payload_lineage`)."""
+    rmbg, = default_inputs("CosmicRayDetect")
+    good = subzero.check_lineage(CosmicRayDetect(sky=SKY), inputs=[rmbg], samples=8,
+                                 modes=["COMP"])
+    bad = subzero.check_lineage(RowsForgetTheSteps(sky=SKY), inputs=[rmbg], samples=8,
+                                modes=["COMP"])
+    assert good.sound and good.mode("COMP").declared > bad.mode("COMP").declared
+    assert not bad.sound
