@@ -387,6 +387,7 @@ def test_a_check_is_reproducible_from_its_seed():
     (["MedianFilter", "--seed", "-1"], "--seed -1"),
     (["MedianFilter", "--shape", "100000x100000"], "10,000,000,000 cells"),
     (["MedianFilter", "--rtol", "nan"], "--rtol nan"),
+    (["MedianFilter", "--param", "radius=1e400"], "float infinity"),
     (["MedianFilter", "--rtol", "-1"], "--rtol -1"),
     (["Binary", "--input", "a.npy"], "takes 2 input"),
     (["MedianFilter", "--shape", "3xq"], "3xq"),
