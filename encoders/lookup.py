@@ -57,6 +57,11 @@ class ShardReader:
         self._into = self.encoding.into_mask
 
     @property
+    def data(self) -> LmdbShard:
+        """The open LMDB tables of the shard (what ``subzero verify`` reads through)."""
+        return self._data
+
+    @property
     def full(self) -> bool:
         return self.strategy.mode is Mode.FULL
 
@@ -129,6 +134,31 @@ def _spill(got: np.ndarray, into: np.ndarray | None) -> np.ndarray | None:
 def open_shard(path: str | os.PathLike) -> ShardReader:
     """Open a published shard for lookups (reads its metadata)."""
     return ShardReader(path)
+
+
+# One reader per shard for the whole process: LMDB refuses to open an environment twice in
+# one process, and a published shard never changes, so every user in the process (query
+# executors, ``subzero verify``) shares it.
+_SHARED: dict[str, ShardReader] = {}
+
+
+def _shared_key(path: str | os.PathLike) -> str:
+    return os.path.abspath(os.fspath(path))
+
+
+def shared_shard(path: str | os.PathLike) -> ShardReader:
+    """The process's reader of the published shard at ``path``, opened on first use and
+    kept open."""
+    key = _shared_key(path)
+    reader = _SHARED.get(key)
+    if reader is None:
+        reader = _SHARED[key] = open_shard(key)
+    return reader
+
+
+def open_shared(path: str | os.PathLike) -> ShardReader | None:
+    """The process's reader of the shard at ``path`` if it is open, else None."""
+    return _SHARED.get(_shared_key(path))
 
 
 __all__ = ["open_shard", "ShardReader", "LookupTimeout"]

@@ -11,6 +11,7 @@ import sqlite3
 import pytest
 
 from encoders.store import shard_checksum
+from subzero.api import Home
 from subzero.cli import main
 from subzero.engine.verify import verify_run
 
@@ -172,3 +173,15 @@ def test_reading_commands_never_make_a_home(tmp_path, capsys):
     capsys.readouterr()
     assert main(["query", "r1", "--named", "BQ0", "--home", str(tmp_path / "none")]) == 2
     assert not (tmp_path / "none").exists()
+
+
+def test_verify_after_queries_in_the_same_process(home):
+    """Shards a query of this process holds open are read through its readers (LMDB
+    refuses a second open in one process): verify finds them intact, and the queries
+    still answer afterwards."""
+    run = Home(home).get("r1")
+    before = {q: run.named_query(q).count for q in ("BQ0", "BQ3", "FQ0")}
+    report = verify_run(home, "r1")
+    assert report.ok, [p.line() for p in report.problems]
+    assert report.shards > 0 and report.records > 0
+    assert {q: run.named_query(q).count for q in before} == before

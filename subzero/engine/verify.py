@@ -12,7 +12,9 @@
 - every array: zarr opens it, its shape and dtype are the cataloged ones, every chunk file
   is there (SubZero writes every chunk, so a missing one is damage) and decodes.
 
-It never changes anything. Each problem is one :class:`Problem` naming what is damaged
+It changes nothing of the run: no file, array, shard or catalog row (opening the catalog
+may update its schema and mark runs of dead processes failed, as every command does; a
+read-only home is refused). Each problem is one :class:`Problem` naming what is damaged
 (``shard op/strategy/chunk``, ``array NAME chunk K``) and how.
 
 >>> report = verify_run("subzero-home", "latest")    # doctest: +SKIP
@@ -30,7 +32,7 @@ from typing import Any
 import lmdb
 import numpy as np
 
-from encoders.lookup import open_shard
+from encoders.lookup import open_shard, open_shared
 from encoders.store import BLOBS, LmdbShard, check_shard_files, read_meta
 from subzero.engine import arrays, layout
 from subzero.engine.catalog import Catalog
@@ -88,12 +90,16 @@ def _first_line(e: BaseException) -> str:
 
 def read_whole_shard(path: str | os.PathLike) -> int:
     """Open a shard and read every record of every table, every blob and every R-tree
-    entry; returns the records read (raises what the damaged file raises)."""
-    open_shard(path).close()  # what a query does first: metadata, encoding, environment
-    meta = read_meta(path)
-    data = LmdbShard(path, meta)
+    entry; returns the records read (raises what the damaged file raises). A shard this
+    process already has open for queries is read through that reader (LMDB refuses to open
+    an environment twice in one process)."""
+    shared = open_shared(path)
+    if shared is None:
+        open_shard(path).close()  # what a query does first: metadata, encoding, environment
+    meta = shared.meta if shared is not None else read_meta(path)
+    data = shared.data if shared is not None else LmdbShard(path, meta)
     n = 0
-    try:  # closed even when the damaged file raises (what verify is for)
+    try:  # closed even when the damaged file raises (what verify is for), unless shared
         for table in meta.get("lmdb", {}):
             if table == BLOBS:
                 continue
@@ -105,7 +111,8 @@ def read_whole_shard(path: str | os.PathLike) -> int:
             big = np.full((1, int(ndim)), 2.0 ** 62)
             n += len(data.rtree_query(name, -big, big))
     finally:
-        data.close()
+        if shared is None:
+            data.close()
     return n
 
 

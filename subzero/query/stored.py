@@ -17,17 +17,16 @@ import lmdb
 import numpy as np
 
 from encoders.base import LookupTimeout, check_deadline
-from encoders.lookup import ShardReader, open_shard
+from encoders.lookup import ShardReader, open_shared, shared_shard
 from encoders.store import check_shard_files
 from subzero.errors import DamagedError, StoreError
 from subzero.frontier import Frontier, FrontierUnion
 from subzero.lineage import PairBatch, group_by_payload, payload_lineage
 from subzero.operator import Operator
 
-# One reader per shard for the whole process: LMDB refuses to open an environment twice in
-# one process, and a finished run's shards never change, so every executor shares them.
-_READERS: dict[str, ShardReader] = {}
-_OPENED = [0]  # readers opened so far (unopened-shard counts are redone when it grows)
+#: readers this module opened so far (unopened-shard counts are redone when it grows); the
+#: readers themselves are the process's shared ones (:func:`encoders.lookup.shared_shard`)
+_OPENED = [0]
 
 
 #: what reading a damaged shard raises (a garbage page: lmdb.CorruptedError; a cut file:
@@ -105,16 +104,15 @@ class ShardReaders:
         if reader is not None:
             return reader
         key = os.path.join(self.home, row["path"])  # the home is already absolute
-        raw = _READERS.get(key)
+        raw = open_shared(key)
         if raw is None:
             problem = check_shard_files(key, row.get("checksum"))
             if problem is not None:
                 raise damaged(row, problem)
             try:
-                raw = open_shard(key)
+                raw = shared_shard(key)
             except READ_ERRORS as e:
                 raise damaged(row, f"cannot be opened ({_problem(e)})") from None
-            _READERS[key] = raw
             _OPENED[0] += 1
         reader = self._by_row[row["path"]] = _Guarded(raw, row, key)
         return reader
@@ -124,7 +122,7 @@ class ShardReaders:
         counted again only after some reader was opened)."""
         n, stamp = self._unopened.get(key, (None, None))
         if n is None or (n and stamp != _OPENED[0]):
-            n = sum(os.path.join(self.home, row["path"]) not in _READERS for row in rows)
+            n = sum(open_shared(os.path.join(self.home, row["path"])) is None for row in rows)
             self._unopened[key] = (n, _OPENED[0])
         return n
 
