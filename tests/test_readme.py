@@ -120,7 +120,10 @@ def newcomer(spark, tmp_path, monkeypatch, capsys):
     draw = cli_query.render_mask
 
     def recording(data, mask, path, title="", legend=""):
-        pictures.append({"path": Path(path), "title": title, "legend": legend})
+        # the CLI draws into a temporary file beside the target (cli.common.output_file)
+        final = re.fullmatch(r"\.(.+)\.\d+\.tmp\.[^.]+", Path(path).name)
+        target = Path(path).with_name(final.group(1)) if final else Path(path)
+        pictures.append({"path": target, "title": title, "legend": legend})
         return draw(data, mask, path, title, legend=legend)
 
     monkeypatch.setattr(cli_query, "render_mask", recording)
