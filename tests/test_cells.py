@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
-from subzero.cells import Box, Ragged, as_linear, dilate, parse_cells, to_coords, unique
+from subzero.cells import (Box, Ragged, as_linear, cells_where, dilate, parse_cells, to_coords,
+                           unique)
 from subzero.errors import CellError
 from subzero.frontier import frontier, mask_from_linear
 
@@ -161,3 +162,11 @@ def test_parse_cells_reads_what_was_written(cells, sep):
 def test_parse_cells_names_the_bad_cell(text, words):
     with pytest.raises(CellError, match=re.escape(words)):
         parse_cells(text, (3, 3))
+
+
+@settings(max_examples=60, deadline=None)
+@given(hnp.arrays(bool, hnp.array_shapes(min_dims=1, max_dims=3, max_side=9)))
+def test_cells_where_is_argwhere(mask):
+    got = cells_where(mask)
+    assert got.dtype == np.int64 and got.shape == (int(mask.sum()), mask.ndim)
+    assert np.array_equal(got, np.argwhere(mask))

@@ -491,3 +491,23 @@ def test_keep_freed_memory_raises_the_thresholds_and_sets_glibcs_own_after(monke
     with heap.keep_freed_memory():
         pass
     assert len(calls) == 3
+
+
+def test_what_a_replay_foresees_to_read_follows_the_change_not_run_order():
+    """Chunks are decoded ahead for what the changed cells can reach: near them along
+    the calibration chain, whole after a global operator that reads it, and nothing of
+    the 1 x 1 overscan cut or of what only its mean reaches (the change may miss it)."""
+    from subzero.engine.replay import _foreseen, _needed
+
+    wf = workflows.build("astronomy", shape="160x96").validate()
+    got = _foreseen(wf, "exp1", _needed(wf, "exp1", ["clust"]))
+    assert [n for n in got if n.endswith("1")] == [
+        "linearity1", "addmaskattr1", "badpixrm1", "rmoverscan1", "biascorrect1",
+        "darkcorrect1", "flatcorrect1", "bgmean1", "rmbg1", "cr1"]
+    assert not any(got[n] for n in ("linearity1", "rmoverscan1", "flatcorrect1"))
+    assert all(got[n] for n in ("bgmean1", "rmbg1", "cr1", "sumexp", "rmcr", "clust"))
+    assert "meanoverscan1" not in got and "overscanimg1" not in got
+    assert not any(n.endswith("2") for n in got)  # the other exposure's chain is not reached
+    # from the overscan's mean itself everything after it is reached whole
+    got = _foreseen(wf, "meanoverscan1", _needed(wf, "meanoverscan1", None))
+    assert got["rmoverscan1"] is True and got["clust"] is True

@@ -38,7 +38,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from operators.base import UDF, box_neighbours
-from subzero.cells import Ragged, as_linear, dilate, to_coords
+from subzero.cells import Ragged, as_linear, cells_where, dilate, to_coords
 from subzero.errors import CellError, ShapeError, WorkflowError
 from subzero.modes import Mode
 from subzero.operator import GLOBAL, Parallelism, stencil
@@ -145,26 +145,27 @@ def _window_median(values: np.ndarray, centres: np.ndarray, shape: Shape, radius
     what ``scipy.ndimage.median_filter(size=2r+1, mode="mirror")`` gives there (an odd
     count, so an exact selection), computed only where asked.
 
-    The image is padded once by reflection (numpy's ``"reflect"`` is scipy's ``"mirror"``),
-    so a window is its centre's index in the padded image plus fixed offsets: no index is
-    reflected per window cell. Images no wider than the radius reflect per cell instead."""
+    A centre whose window lies inside the image gathers it at fixed offsets from its own
+    index (nothing is reflected, and the image is neither copied nor padded: the centres
+    are few, the image large); only the centres within ``r`` of an edge reflect their
+    window's rows and columns (:func:`_windows`)."""
     out = np.empty(len(centres), dtype=values.dtype)
     mid = (2 * radius + 1) ** 2 // 2
     h, w = shape
-    if min(h, w) <= radius:
-        for s in range(0, len(centres), _BATCH):
-            win, _ = _windows(centres[s:s + _BATCH], shape, radius, "mirror")
-            out[s:s + _BATCH] = np.partition(values[win], mid, axis=1)[:, mid]
-        return out
-    padded = np.pad(np.asarray(values).reshape(shape), radius, mode="reflect").reshape(-1)
-    wide = w + 2 * radius
+    flat = np.asarray(values).reshape(-1)
+    centres = np.asarray(centres, dtype=np.int64)
+    cy, cx = np.divmod(centres, w)
+    inside = (cy >= radius) & (cy < h - radius) & (cx >= radius) & (cx < w - radius)
     r = np.arange(-radius, radius + 1)
-    offsets = (r[:, None] * wide + r[None, :]).reshape(-1)
-    cy, cx = np.divmod(np.asarray(centres, dtype=np.int64), w)
-    base = (cy + radius) * wide + (cx + radius)
-    for s in range(0, len(centres), _BATCH):
-        win = base[s:s + _BATCH, None] + offsets[None, :]
-        out[s:s + _BATCH] = np.partition(padded[win], mid, axis=1)[:, mid]
+    offsets = (r[:, None] * w + r[None, :]).reshape(-1)
+    for at in (np.flatnonzero(inside), np.flatnonzero(~inside)):
+        for s in range(0, len(at), _BATCH):
+            sel = at[s:s + _BATCH]
+            if inside[sel[0]]:
+                win = centres[sel, None] + offsets[None, :]
+            else:
+                win, _ = _windows(centres[sel], shape, radius, "mirror")
+            out[sel] = np.partition(flat[win], mid, axis=1)[:, mid]
     return out
 
 
@@ -1009,7 +1010,7 @@ class CosmicRayDetect(_PathPayload, _IdentityDefault, UDF):
                        self.sky, self.gate)
         out = det.mask[inner]
         cand = x[inner] > self.gate  # the same test the kernel gates with
-        local = np.argwhere(cand)
+        local = cells_where(cand)
         cells = ctx.chunk.out_cells(local)
         if len(cells):
             # the block's coordinates: the interior's offset in the block plus local
@@ -1076,7 +1077,7 @@ class CosmicRayRemove(_RadiusPayload, _IdentityDefault, UDF):
         out = self.kernel(image, mask)[inner]
         if ctx.composite or ctx.full:
             flag = np.asarray(mask)[inner] != 0
-            cells = ctx.chunk.out_cells(np.argwhere(flag))
+            cells = ctx.chunk.out_cells(cells_where(flag))
             if ctx.composite and len(cells):
                 ctx.lwrite_pairs(cells, payloads=bytes([RMCR_RADIUS]))
             if ctx.full:

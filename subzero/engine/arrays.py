@@ -266,8 +266,24 @@ class ChunkFiles:
                                ) from None
         return full[tuple(slice(0, n) for n in self.box(key).shape)]
 
-    def write(self, key: tuple[int, ...], block: np.ndarray) -> None:
-        """Write chunk ``key`` whole (``block``: its cells inside the array)."""
+    def fast_codec(self) -> Any:
+        """The array's Blosc compressor and shuffle at level 1: what :meth:`write` uses
+        with ``fast=True``. Any Blosc reader (zarr's too) decodes a chunk whatever its
+        level, which its header records, so chunks of both levels mix in one array."""
+        got = self.__dict__.get("_fast")
+        if got is None:
+            import numcodecs
+
+            conf = self.codec.get_config()
+            got = self.__dict__["_fast"] = numcodecs.Blosc(
+                cname=conf["cname"], clevel=min(1, int(conf["clevel"])),
+                shuffle=conf["shuffle"], blocksize=conf["blocksize"])
+        return got
+
+    def write(self, key: tuple[int, ...], block: np.ndarray, fast: bool = False) -> None:
+        """Write chunk ``key`` whole (``block``: its cells inside the array): the bytes zarr
+        writes, or with ``fast`` compressed at level 1 (:meth:`fast_codec`: for LSST
+        images about 2.5x faster to encode, and as small to within 15%)."""
         box = self.box(key)
         block = np.asarray(block)
         if block.shape != box.shape:
@@ -278,7 +294,7 @@ class ChunkFiles:
             full[tuple(slice(0, n) for n in box.shape)] = block
         else:
             full = np.ascontiguousarray(block, dtype=self.dtype)
-        data = self.codec.encode(full)
+        data = (self.fast_codec() if fast else self.codec).encode(full)
         f = self.file(key)
         f.parent.mkdir(parents=True, exist_ok=True)
         tmp = f.with_name(f".{f.name}.{os.getpid()}-{threading.get_ident()}.tmp")

@@ -354,16 +354,13 @@ class _Derived:
     def prefetch_all(self, start: str, box: Box | None, needed: set[str]) -> None:
         """Start decoding, in run order, the parent's chunks the replay will likely read:
         of each replayed operator's output (to compare with) and of the arrays it reads
-        that the replay does not change; those under ``box`` (the changed cells of
-        ``start``) up to the first global operator, every chunk after it (a global
-        operator's change reaches everything after it)."""
+        that the replay does not change. Which chunks follows :func:`_foreseen`: those
+        under ``box`` (the changed cells of ``start``) for an operator the change reaches
+        there, every chunk for one it reaches whole (through a global operator), none for
+        one it may not reach at all (they are read when, and if, it does)."""
         wf = self.parent.workflow
-        after_global = False
         seen = {start}
-        for name in wf.order:
-            if name not in needed:
-                continue
-            after_global = after_global or wf.ops[name].parallelism.kind == "global"
+        for name, whole in _foreseen(wf, start, needed).items():
             for src in (*wf.nodes[name].inputs, name):
                 if src in seen or (src in needed and src != name):
                     continue
@@ -371,7 +368,7 @@ class _Derived:
                 files = self.parent_files(src)
                 if files is None:
                     continue
-                if after_global:
+                if whole:
                     self.prefetch(src, files.keys())
                 elif box is not None and files.shape == wf.array_shape(start):
                     self.prefetch(src, files.keys(box))
@@ -495,7 +492,7 @@ class _Derived:
                 self.held -= self.new_chunks.pop((name, k)).nbytes
                 continue
             self.chunk_writes[(name, k)] = self.pool.submit(
-                files.write, k, self.new_chunks[(name, k)])
+                files.write, k, self.new_chunks[(name, k)], True)
 
     def release(self, names: set[str]) -> None:
         """Forget the chunks of ``names`` (no later operator reads them)."""
@@ -659,6 +656,36 @@ def _needed(wf: Any, start: str, to: Sequence[str] | None) -> set[str]:
             up.add(n)
             todo.extend(s for s in wf.nodes[n].inputs if s in wf.nodes)
     return down & up
+
+
+def _foreseen(wf: Any, start: str, needed: set[str]) -> dict[str, bool]:
+    """The replayed operators a change of some cells of ``start`` can be foreseen to
+    reach, in run order, each with whether it reaches them whole (True) or only near the
+    changed cells (False). Foreseen from the workflow alone, before any lineage is read:
+    an operator of ``start``'s shape reading a reached array of that shape is reached near
+    the cells; a global one reading a reached array, one reading an array reached whole,
+    and one broadcasting a reached array (fewer cells than its output) is reached whole;
+    any other (a subarray, a reduction's cell) may not be reached at all, and neither is
+    what reads only it: a 1 x 1 overscan cut far from the changed cells does not make
+    everything after its mean a whole read."""
+    shape = tuple(wf.array_shape(start))
+    state: dict[str, bool] = {start: False}  # reached array -> reached whole
+    out: dict[str, bool] = {}
+    for name in wf.order:
+        if name not in needed:
+            continue
+        op = wf.ops[name]
+        got = [s for s in wf.nodes[name].inputs if s in state]
+        if not got:
+            continue
+        size = _cells(op.out_shape)
+        if (op.parallelism.kind == "global" or any(state[s] for s in got)
+                or any(_cells(wf.array_shape(s)) < size for s in got)):
+            state[name] = out[name] = True
+        elif tuple(op.out_shape) == shape and any(
+                tuple(wf.array_shape(s)) == shape for s in got):
+            state[name] = out[name] = False
+    return out
 
 
 def _last_reads(wf: Any, start: str, needed: set[str]) -> dict[str, int]:

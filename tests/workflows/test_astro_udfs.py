@@ -76,9 +76,10 @@ def test_laplacian_plus_equals_the_upsampling_recipe():
 @pytest.mark.parametrize("shape", [(9, 7), (40, 3), (2, 30), (1, 5), (4, 4)])
 @pytest.mark.parametrize("radius", [1, 2, 3])
 def test_window_medians_and_reach_equal_scipy_and_the_reflected_windows(shape, radius):
-    """Medians at chosen centres equal scipy's mirrored median filter there, padded or
-    (dimensions no larger than the radius) reflected per cell; the reach equals the union
-    of the reflected windows."""
+    """Medians at chosen centres equal scipy's mirrored median filter there, for centres
+    whose window lies inside (gathered at fixed offsets) and near an edge (reflected),
+    down to dimensions no larger than the radius; the reach equals the union of the
+    reflected windows."""
     rng = np.random.default_rng(radius * 100 + shape[0])
     x = rng.normal(0, 10, shape)
     centres = np.sort(rng.choice(x.size, size=max(1, x.size // 3), replace=False))
