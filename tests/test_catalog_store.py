@@ -154,6 +154,9 @@ def test_chunk_files_refuse_what_they_cannot_vouch_for_and_name_damage(tmp_path)
     files.file((0, 0)).write_bytes(b"garbage")
     with pytest.raises(DamagedError, match=r"array 'a' chunk 0\.0 cannot be read"):
         files.read((0, 0))
+    files.file((0, 0)).write_bytes(files.codec.encode(np.arange(9.0)))  # a smaller chunk's
+    with pytest.raises(DamagedError, match=r"chunk 0\.0 cannot be read: it decodes to 72 "):
+        files.read((0, 0))
     with pytest.raises(StoreError, match="shape"):
         files.write((0, 0), np.zeros((3, 5)))
 
@@ -180,9 +183,10 @@ def test_a_chunk_written_over_a_hard_link_leaves_the_linked_file_alone(tmp_path)
 
 
 @pytest.mark.parametrize("dtype", ["float64", "uint16", "bool"])
-def test_chunks_written_fast_mix_with_zarrs_and_read_back_equal(tmp_path, dtype):
-    """A replay writes its chunks at Blosc level 1: the same compressor and shuffle, so
-    zarr and the chunk files read them, beside chunks zarr wrote at the array's level."""
+def test_chunks_written_at_other_levels_mix_with_zarrs_and_read_back_equal(tmp_path, dtype):
+    """A replay writes its chunks at Blosc level 1 or 0 (raw): the same compressor and
+    shuffle, so zarr and the chunk files read them, beside chunks zarr wrote at the
+    array's level."""
     rng = np.random.default_rng(3)
     x = (rng.normal(size=(30, 20)) * 1000).astype(dtype)
     if dtype == "bool":
@@ -191,10 +195,12 @@ def test_chunks_written_fast_mix_with_zarrs_and_read_back_equal(tmp_path, dtype)
     files = arrays.ChunkFiles.open(tmp_path / "a.zarr")
     y = x.copy()
     y[10:20] = x[0:10]
-    files.write((1, 0), y[10:20], fast=True)
-    assert np.array_equal(files.read((1, 0)), y[10:20])
-    assert np.array_equal(arrays.read_array(tmp_path / "a.zarr"), y)
-    conf = files.fast_codec().get_config()
-    assert conf["clevel"] == 1
-    assert {k: conf[k] for k in ("cname", "shuffle")} == {
-        k: files.codec.get_config()[k] for k in ("cname", "shuffle")}
+    for level in (1, 0):
+        files.write((1, 0), y[10:20], level=level)
+        assert np.array_equal(files.read((1, 0)), y[10:20])
+        assert np.array_equal(arrays.read_array(tmp_path / "a.zarr"), y)
+        conf = files.codec_at(level).get_config()
+        assert conf["clevel"] == level
+        assert {k: conf[k] for k in ("cname", "shuffle")} == {
+            k: files.codec.get_config()[k] for k in ("cname", "shuffle")}
+    assert files.file((1, 0)).stat().st_size > y[10:20].nbytes  # level 0: stored raw

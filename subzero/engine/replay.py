@@ -66,6 +66,9 @@ LIST_CELLS = 20
 CACHE_BYTES = 1 << 30
 #: threads writing recomputed blocks (and reading the parent's) while operators compute
 WRITERS = 2
+#: a rewritten chunk is stored raw (Blosc level 0) when the parent's shrank by less than
+#: this factor; otherwise compressed at level 1 (see :meth:`_Derived.level`)
+RAW_BELOW = 1.5
 #: threads computing the tiles of one operator at once, when they have this many cells:
 #: one (one tile after the other) pays best on this project's 2 shared cores, where the
 #: writers already use the second (a 10 x 10 box of LSST exp1: 0.35 s, 0.41 s with two)
@@ -449,31 +452,54 @@ class _Derived:
         self.present.add(name)
         self.written.add(name)
 
-    def store(self, name: str, box: Box, block: np.ndarray) -> None:
+    def store(self, name: str, box: Box, block: np.ndarray) -> np.ndarray | None:
         """Record the recomputed cells ``box`` of ``name`` (written by :meth:`flush`, or
-        now in the background through zarr)."""
+        now in the background through zarr). Chunk by chunk, returns which cells of
+        ``box`` differ from the parent's (compared as each chunk is patched; None through
+        zarr: the caller compares)."""
         files = self.fast.get(name)
         if files is None:
             self.writes.setdefault(name, []).append(
                 self.pool.submit(arrays.write_block, self.path(name), box, block))
-            return
+            return None
+        changed = np.zeros(box.shape, dtype=bool)
         for k in files.keys(box):
             cb = files.box(k)
+            inter = cb.intersect(box)
+            here, there = inter.relative_to(cb), inter.relative_to(box)
+            new = np.asarray(block[there], dtype=files.dtype)
             chunk = self.new_chunks.get((name, k))
             if chunk is None:
+                old = self.old_chunk(name, k)
+                changed[there] = differs(old[here], new)
                 if cb == box:  # the block is the whole chunk (no other tile touches it)
                     chunk = np.ascontiguousarray(block, dtype=files.dtype)
-                else:
-                    chunk = np.array(self.old_chunk(name, k), dtype=files.dtype)
+                else:  # the parent's chunk, patched: its decoded copy if this replay owns it
+                    chunk = self._take(name, k, old)
                 self.held += chunk.nbytes
                 self.new_chunks[(name, k)] = chunk
+            else:  # cells no other tile patched still hold the parent's values
+                changed[there] = differs(chunk[here], new)
             if cb != box:
                 if not chunk.flags.writeable:  # a whole block kept as it came (a view)
                     chunk = self.new_chunks[(name, k)] = chunk.copy()
-                inter = cb.intersect(box)
-                chunk[inter.relative_to(cb)] = block[inter.relative_to(box)]
+                chunk[here] = new
             self.own[name].add(k)
             self.dirty.setdefault(name, set()).add(k)
+        return changed
+
+    def _take(self, name: str, key: Key, old: np.ndarray) -> np.ndarray:
+        """The parent's chunk ``key`` of ``name`` (``old``) to patch in place: the decoded
+        copy itself, taken out of the cache (nothing reads the parent's values of a chunk
+        once it is rewritten), or a copy where it is not this replay's to change."""
+        cached = self.old_chunks.get((name, key))
+        if cached is old and old.flags.writeable:
+            del self.old_chunks[(name, key)]
+            self.held -= old.nbytes
+            return old
+        if cached is None and old.flags.writeable:
+            return old  # decoded for this call alone (the cache was full)
+        return np.array(old, dtype=old.dtype)
 
     def flush(self, name: str, changed: np.ndarray | None = None) -> None:
         """Write the chunks of ``name`` rewritten since the last flush (in the background);
@@ -492,7 +518,20 @@ class _Derived:
                 self.held -= self.new_chunks.pop((name, k)).nbytes
                 continue
             self.chunk_writes[(name, k)] = self.pool.submit(
-                files.write, k, self.new_chunks[(name, k)], True)
+                files.write, k, self.new_chunks[(name, k)], self.level(name, k))
+
+    def level(self, name: str, key: Key) -> int:
+        """The Blosc level chunk ``key`` of ``name`` is rewritten at: 1, or 0 (stored raw)
+        where the parent's chunk shrank by less than :data:`RAW_BELOW` (noisy floats:
+        compressing costs more time than the bytes it saves)."""
+        parent = self.parent_files(name)
+        if parent is None:
+            return 1
+        try:
+            size = parent.file(key).stat().st_size
+        except OSError:
+            return 1
+        return 0 if self._nbytes(parent, key) < RAW_BELOW * size else 1
 
     def release(self, names: set[str]) -> None:
         """Forget the chunks of ``names`` (no later operator reads them)."""
@@ -526,8 +565,8 @@ def _set_cells(d: _Derived, name: str, mask: np.ndarray, values: np.ndarray) -> 
     old = d.old_box(name, box)
     new = np.array(old)
     new[mask[box.slices]] = values
-    d.store(name, box, new)
-    changed[box.slices] = differs(old, new)
+    diff = d.store(name, box, new)  # may patch the chunk ``old`` is a view of
+    changed[box.slices] = differs(old, new) if diff is None else diff
     d.flush(name, changed)
     return changed
 
@@ -584,7 +623,11 @@ def _recompute(d: _Derived, name: str, reach: np.ndarray, spark: Any, where: str
     else:
         results, blocks = _run_here(d, op, node.inputs, jobs, cells), []
         for res in results:
-            blocks.append(res.pop("block"))
+            box, block, diff = res.pop("block")
+            if diff is None:
+                blocks.append((box, block))
+            else:  # compared as it was stored
+                changed[box.slices] = diff
     for box, new in blocks:
         old = d.old_box(name, box)
         changed[box.slices] = differs(old, np.asarray(new, dtype=old.dtype)
@@ -611,7 +654,8 @@ def _run_here(d: _Derived, op: Any, inputs: Sequence[str], jobs: Sequence[Any], 
               ) -> list[dict[str, Any]]:
     """Run the tiles in this process (several at once on threads when they are large),
     every input block from :meth:`_Derived.new_box`; each result carries its output
-    ``block`` (box, values as a run stores them), also stored in the derived run."""
+    ``block`` (box, values as a run stores them, and which differ from the parent's or
+    None), also stored in the derived run."""
 
     def one(j: Any) -> dict[str, Any]:
         mine = {src: (j.chunk.in_boxes[i], d.new_box(src, j.chunk.in_boxes[i]))
@@ -629,8 +673,7 @@ def _run_here(d: _Derived, op: Any, inputs: Sequence[str], jobs: Sequence[Any], 
         block = np.asarray(block)
         if block.dtype != op.out_dtype and op.out_dtype.kind not in "UOT":
             block = block.astype(op.out_dtype)  # as a run stores it
-        d.store(op.name, box, block)
-        res["block"] = (box, block)
+        res["block"] = (box, block, d.store(op.name, box, block))
     return done
 
 
