@@ -48,7 +48,8 @@ from subzero.engine import arrays, layout
 from subzero.engine.catalog import Catalog, shard_row
 from subzero.engine.heap import keep_freed_memory
 from subzero.engine.runs import LoadedRun
-from subzero.engine.tasks import make_jobs, raise_task_error, run_jobs, run_task
+from subzero.engine.tasks import (make_jobs, raise_task_error, run_jobs, run_task,
+                                  store_shards)
 from subzero.errors import ReplayError, StoreError
 from subzero.modes import Strategy, capture_modes
 
@@ -287,6 +288,8 @@ class _Derived:
     cat: Catalog
     recomputed: dict[str, set[str]] = field(default_factory=dict)  # op -> chunk keys
     shard_rows: list[dict[str, Any]] = field(default_factory=list)
+    #: shards being written in the background: (operator, the task's shard statistics)
+    shard_writes: list[tuple[str, Future]] = field(default_factory=list)
     present: set[str] = field(default_factory=set)  # arrays the derived run holds
     written: set[str] = field(default_factory=set)  # arrays it holds its own copy of
     resolved: dict[str, Path] = field(default_factory=dict)  # see parent_dir
@@ -633,15 +636,16 @@ def _recompute(d: _Derived, name: str, reach: np.ndarray, spark: Any, where: str
         changed[box.slices] = differs(old, np.asarray(new, dtype=old.dtype)
                                       if old.dtype.kind not in "UOT" else new)
     d.flush(name, changed)
-    for s in stored:
-        remove_unpublished(layout.strategy_dir(d.home, d.rid, name, s.name))
-    keys = set()
+    if use_spark:  # a retried task may have left a shard it did not publish
+        for s in stored:
+            remove_unpublished(layout.strategy_dir(d.home, d.rid, name, s.name))
     for res in results:
-        for s in res["shards"]:
-            if s.get("path"):
-                d.shard_rows.append(shard_row(name, s, d.home))
-                keys.add(s["chunk"])
-    d.recomputed[name] = {chunk_key(idx) for idx, _ in tiles} if stored else keys
+        if isinstance(res["shards"], Future):
+            d.shard_writes.append((name, res["shards"]))
+        else:
+            d.shard_rows.extend(shard_row(name, s, d.home) for s in res["shards"]
+                                if s.get("path"))
+    d.recomputed[name] = {chunk_key(idx) for idx, _ in tiles} if stored else set()
     # the reached and changed cells all lie in the tiles (disjoint): count there
     n_changed = sum(int(np.count_nonzero(changed[b.slices])) for _, b in tiles)
     return ArrayReplay(name, tuple(op.out_shape),
@@ -660,9 +664,14 @@ def _run_here(d: _Derived, op: Any, inputs: Sequence[str], jobs: Sequence[Any], 
     def one(j: Any) -> dict[str, Any]:
         mine = {src: (j.chunk.in_boxes[i], d.new_box(src, j.chunk.in_boxes[i]))
                 for i, src in enumerate(inputs)}
-        res = run_task(replace(j, memory=tuple(inputs)), mine)
+        # the pairs come back, and their shards are written in the background
+        res = run_task(replace(j, memory=tuple(inputs), strategies=(),
+                               collect=bool(j.strategies)), mine)
         if "error" not in res:
             res["block"] = mine[op.name]
+            if j.strategies:
+                res["shards"] = d.pool.submit(store_shards, j, res.pop("full"),
+                                              res.pop("payload"))
         return res
 
     many = COMPUTE > 1 and len(jobs) > 1 and cells >= THREAD_CELLS
@@ -888,6 +897,9 @@ def _finish(d: _Derived, res: ReplayResult, t_start: float) -> None:
     ops = [n for n in wf.order if n not in gone]
     d.cat.inherit_rows(d.parent.id, d.rid, arrays=sorted(d.present), operators=ops,
                        skip_shards={(op, c) for op, cs in d.recomputed.items() for c in cs})
+    for name, write in d.shard_writes:
+        d.shard_rows.extend(shard_row(name, s, d.home) for s in write.result()
+                            if s.get("path"))
     d.cat.add_shards(d.rid, d.shard_rows)
     d.wait()  # the last chunks were written while the rows above were recorded
     written = {name: arrays.stored_bytes(d.path(name)) for name in d.written}

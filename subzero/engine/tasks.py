@@ -102,7 +102,7 @@ def _failed(res: dict[str, Any], e: Exception) -> None:
         res["traceback"] = traceback.format_exc()
 
 
-def _store(job: TaskJob, full: PairBatch | None, pay: PairBatch | None) -> list[dict]:
+def store_shards(job: TaskJob, full: PairBatch | None, pay: PairBatch | None) -> list[dict]:
     """Write the task's pairs as one shard per stored strategy; their statistics."""
     op, ch = job.op, job.chunk
     shards = []
@@ -238,7 +238,7 @@ def run_task(job: TaskJob, memory: Memory | None = None, producers: Producers | 
             memory[op.name] = (ch.out_box, out)
         t_write = time.perf_counter()
         full, pay = ctx.full_pairs(), ctx.payload_pairs()
-        res["shards"] = _store(job, full, pay)
+        res["shards"] = store_shards(job, full, pay)
         t_store = time.perf_counter()
         if job.reduce is not None:
             res["result"] = job.reduce(ch, full, pay)
