@@ -154,6 +154,9 @@ def test_chunk_files_refuse_what_they_cannot_vouch_for_and_name_damage(tmp_path)
     files.file((0, 0)).write_bytes(b"garbage")
     with pytest.raises(DamagedError, match=r"array 'a' chunk 0\.0 cannot be read"):
         files.read((0, 0))
+    files.file((0, 0)).write_bytes(b"")
+    with pytest.raises(DamagedError, match=r"array 'a' chunk 0\.0 cannot be read"):
+        files.read((0, 0))
     files.file((0, 0)).write_bytes(files.codec.encode(np.arange(9.0)))  # a smaller chunk's
     with pytest.raises(DamagedError, match=r"chunk 0\.0 cannot be read: it decodes to 72 "):
         files.read((0, 0))

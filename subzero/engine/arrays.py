@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import mmap
 import os
 import threading
 from pathlib import Path
@@ -252,15 +253,19 @@ class ChunkFiles:
 
     def read(self, key: tuple[int, ...]) -> np.ndarray:
         """Chunk ``key``, cut to the array, in a writable array of its own (a missing or
-        garbled chunk: DamagedError)."""
+        garbled chunk: DamagedError). The file is decoded from a memory map (no copy of
+        its bytes)."""
+        full = np.empty(self.chunks, dtype=self.dtype)
         try:
-            data = self.file(key).read_bytes()
+            with open(self.file(key), "rb") as fh:
+                data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         except FileNotFoundError:
             raise _missing(self.path, key) from None
-        try:  # decoded into an array of its own (writable: a replay patches it in place)
-            full = np.empty(self.chunks, dtype=self.dtype)
+        except ValueError:  # an empty file cannot be mapped
+            data = None
+        try:
             # Blosc's header: bytes 4-8 the decoded size, 12-16 the encoded (little endian)
-            size = int.from_bytes(data[4:8], "little") if len(data) >= 16 else -1
+            size = int.from_bytes(data[4:8], "little") if data and len(data) >= 16 else -1
             if size != full.nbytes or int.from_bytes(data[12:16], "little") != len(data):
                 raise ValueError(f"it decodes to {size} bytes; expected {full.nbytes}")
             self.codec.decode(data, out=full)
@@ -269,6 +274,9 @@ class ChunkFiles:
             raise DamagedError(f"array {_name(self.path)!r} chunk {'.'.join(map(str, key))} "
                                f"cannot be read: {msg}; run 'subzero verify' on this run"
                                ) from None
+        finally:
+            if data is not None:
+                data.close()
         return full[tuple(slice(0, n) for n in self.box(key).shape)]
 
     def codec_at(self, level: int) -> Any:
