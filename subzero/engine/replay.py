@@ -31,8 +31,11 @@ chunk they touch (a 10 x 10 box stays a 10 x 10 recompute).
 
 from __future__ import annotations
 
+import itertools
 import os
+import queue
 import shutil
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -245,6 +248,58 @@ def _bbox(mask: np.ndarray, within: Box) -> Box | None:
 # -- the derived run ------------------------------------------------------------------------
 #: a chunk's grid index; cached chunks are keyed by (array, chunk index)
 Key = tuple[int, ...]
+#: the order :class:`_IOPool` runs its work in: reads before writes, and the reads of an
+#: earlier step before a later one's
+READ, WRITE = 0, 1
+
+
+class _IOPool:
+    """Threads reading and writing chunks for a replay, which run the reads first: a read
+    is ranked ``(READ, step)`` by the step that will need it, every write after every
+    read (the derived run needs its writes only once it is complete), each kind in the
+    order submitted. A plain pool runs work as it comes, so a global operator that needs
+    a chunk decoded waited behind the calibration steps' writes."""
+
+    def __init__(self, workers: int) -> None:
+        self._queue: queue.PriorityQueue = queue.PriorityQueue()
+        self._seq = itertools.count()
+        self._threads = [threading.Thread(target=self._work, daemon=True,
+                                          name=f"subzero-replay-io_{i}")
+                         for i in range(workers)]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, rank: tuple[int, int], fn: Callable[..., Any], *args: Any) -> Future:
+        fut: Future = Future()
+        self._queue.put((rank, next(self._seq), fut, fn, args))
+        return fut
+
+    def _work(self) -> None:
+        while True:
+            _, _, fut, fn, args = self._queue.get()
+            if fut is None:
+                return
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn(*args))
+            except BaseException as e:  # noqa: BLE001 - the waiting caller raises it
+                fut.set_exception(e)
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        if cancel_futures:
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item[2] is not None:
+                    item[2].cancel()
+        for _ in self._threads:  # after everything queued
+            self._queue.put(((WRITE + 1, 0), next(self._seq), None, None, None))
+        if wait:
+            for t in self._threads:
+                t.join()
 
 
 def _link(src: str, dst: str) -> None:
@@ -306,8 +361,7 @@ class _Derived:
     chunk_writes: dict[tuple[str, Key], Future] = field(default_factory=dict)
     #: zarr block writes still in flight, per array (arrays zarr writes)
     writes: dict[str, list[Future]] = field(default_factory=dict)
-    pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
-        max_workers=WRITERS, thread_name_prefix="subzero-replay-io"))
+    pool: _IOPool = field(default_factory=lambda: _IOPool(WRITERS))
     #: threads computing the tiles of one large operator at once (numpy releases the GIL)
     compute: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
         max_workers=COMPUTE, thread_name_prefix="subzero-replay-tile"))
@@ -346,8 +400,9 @@ class _Derived:
     def _nbytes(self, files: arrays.ChunkFiles, key: Key) -> int:
         return files.box(key).size * files.dtype.itemsize
 
-    def prefetch(self, name: str, keys: Sequence[Key]) -> None:
-        """Start decoding the parent's chunks ``keys`` of ``name`` in the background."""
+    def prefetch(self, name: str, keys: Sequence[Key], step: int = -1) -> None:
+        """Start decoding the parent's chunks ``keys`` of ``name`` in the background, for
+        the operator ``step`` of the run order (-1: now)."""
         files = self.parent_files(name)
         if files is None:
             return
@@ -355,7 +410,7 @@ class _Derived:
             n = self._nbytes(files, k)
             if (name, k) not in self.old_chunks and self.held + n <= CACHE_BYTES:
                 self.held += n
-                self.old_chunks[(name, k)] = self.pool.submit(files.read, k)
+                self.old_chunks[(name, k)] = self.pool.submit((READ, step), files.read, k)
 
     def prefetch_all(self, start: str, box: Box | None, needed: set[str]) -> None:
         """Start decoding, in run order, the parent's chunks the replay will likely read:
@@ -366,6 +421,7 @@ class _Derived:
         one it may not reach at all (they are read when, and if, it does)."""
         wf = self.parent.workflow
         seen = {start}
+        steps = {name: i for i, name in enumerate(wf.order)}
         for name, whole in _foreseen(wf, start, needed).items():
             for src in (*wf.nodes[name].inputs, name):
                 if src in seen or (src in needed and src != name):
@@ -375,9 +431,9 @@ class _Derived:
                 if files is None:
                     continue
                 if whole:
-                    self.prefetch(src, files.keys())
+                    self.prefetch(src, files.keys(), steps[name])
                 elif box is not None and files.shape == wf.array_shape(start):
-                    self.prefetch(src, files.keys(box))
+                    self.prefetch(src, files.keys(box), steps[name])
 
     def old_chunk(self, name: str, key: Key) -> np.ndarray:
         got = self.old_chunks.get((name, key))
@@ -463,7 +519,7 @@ class _Derived:
         files = self.fast.get(name)
         if files is None:
             self.writes.setdefault(name, []).append(
-                self.pool.submit(arrays.write_block, self.path(name), box, block))
+                self.pool.submit((WRITE, 0), arrays.write_block, self.path(name), box, block))
             return None
         changed = np.zeros(box.shape, dtype=bool)
         for k in files.keys(box):
@@ -521,7 +577,7 @@ class _Derived:
                 self.held -= self.new_chunks.pop((name, k)).nbytes
                 continue
             self.chunk_writes[(name, k)] = self.pool.submit(
-                files.write, k, self.new_chunks[(name, k)], self.level(name, k))
+                (WRITE, 0), files.write, k, self.new_chunks[(name, k)], self.level(name, k))
 
     def level(self, name: str, key: Key) -> int:
         """The Blosc level chunk ``key`` of ``name`` is rewritten at: 1, or 0 (stored raw)
@@ -670,8 +726,8 @@ def _run_here(d: _Derived, op: Any, inputs: Sequence[str], jobs: Sequence[Any], 
         if "error" not in res:
             res["block"] = mine[op.name]
             if j.strategies:
-                res["shards"] = d.pool.submit(store_shards, j, res.pop("full"),
-                                              res.pop("payload"))
+                res["shards"] = d.pool.submit((WRITE, 0), store_shards, j,
+                                              res.pop("full"), res.pop("payload"))
         return res
 
     many = COMPUTE > 1 and len(jobs) > 1 and cells >= THREAD_CELLS
