@@ -183,6 +183,25 @@ def _reach(centres: np.ndarray, shape: Shape, radius: int) -> np.ndarray:
     return np.flatnonzero(dilate(need.reshape(shape), radius))
 
 
+#: the 3 x 3 neighbourhood (the cell itself included) as row and column offsets
+_NEAR_DY, _NEAR_DX = (a.reshape(-1) for a in np.mgrid[-1:2, -1:2])
+
+
+def _near(at: np.ndarray, shape: Shape) -> np.ndarray:
+    """Flat indices (sorted, unique) of the cells within one step (3 x 3, clipped to the
+    image) of the cells ``at``: a box dilation by 1 of a few cells, without touching the
+    image's other cells.
+
+    >>> _near(np.array([0]), (3, 3)).tolist()
+    [0, 1, 3, 4]
+    """
+    h, w = shape
+    cy, cx = np.divmod(np.asarray(at, dtype=np.int64), w)
+    ys, xs = cy[:, None] + _NEAR_DY, cx[:, None] + _NEAR_DX
+    inside = (ys >= 0) & (ys < h) & (xs >= 0) & (xs < w)
+    return np.unique((ys * w + xs)[inside])
+
+
 def _laplacian_plus(x: np.ndarray, centres: np.ndarray) -> np.ndarray:
     """L.A.Cosmic's L+ at the centres: upsample 2x (nearest), convolve with the Laplacian
     ``[[0,-1,0],[-1,4,-1],[0,-1,0]]`` (reflecting at the border), clip below at 0, average
@@ -314,13 +333,15 @@ def lacosmic(x: np.ndarray, gain: float = 2.2, readnoise: float = 10.0, sigclip:
         f = (m3[cand_at] - _window_median(m3, cand_at, shape, 3)) / noise[cand_at]
         f = np.maximum(f, 0.01)
         cand_at = cand_at[sp[cand_at] / f > objlim]
-    cand = np.zeros(size, dtype=bool)
-    cand[cand_at] = True
-    sp = sp.reshape(shape)
-    cand = cand.reshape(shape)
-    grow1 = dilate(cand, 1) & (sp > sigclip)
-    grow = dilate(grow1, 1) & (sp > sigclip * sigfrac)
-    return LACosmic(grow & gated, sp, cand, grow1, s.reshape(shape))
+    # the two growths, from the few candidates (S' is -inf where not computed)
+    grow1_at = _near(cand_at, shape)
+    grow1_at = grow1_at[sp[grow1_at] > sigclip]
+    grow_at = _near(grow1_at, shape)
+    grow_at = grow_at[(sp[grow_at] > sigclip * sigfrac) & (flat[grow_at] > gate)]
+    cand, grow1, mask = (np.zeros(size, dtype=bool) for _ in range(3))
+    cand[cand_at] = grow1[grow1_at] = mask[grow_at] = True
+    return LACosmic(mask.reshape(shape), sp.reshape(shape), cand.reshape(shape),
+                    grow1.reshape(shape), s.reshape(shape))
 
 
 def remove_cosmic_rays(image: np.ndarray, mask: np.ndarray, radius: int = RMCR_RADIUS
