@@ -207,3 +207,23 @@ def test_chunks_written_at_other_levels_mix_with_zarrs_and_read_back_equal(tmp_p
         assert {k: conf[k] for k in ("cname", "shuffle")} == {
             k: files.codec.get_config()[k] for k in ("cname", "shuffle")}
     assert files.file((1, 0)).stat().st_size > y[10:20].nbytes  # level 0: stored raw
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int64", "uint16", "bool"])
+def test_a_chunk_stored_raw_is_the_bytes_blosc_writes_at_level_0(tmp_path, dtype):
+    """Level 0 is written as Blosc's header and the block's own bytes (and the fill for
+    an edge chunk's missing rows), never encoded: byte for byte Blosc's own encoding."""
+    rng = np.random.default_rng(5)
+    x = (rng.normal(size=(25, 7)) * 1000).astype(dtype)
+    arrays.write_array(tmp_path / "a.zarr", x, (10, 7))
+    files = arrays.ChunkFiles.open(tmp_path / "a.zarr")
+    for k in files.keys():  # (2, 0) is an edge chunk: 5 of 10 rows
+        block = x[files.box(k).slices]
+        files.write(k, block, level=0)
+        full = np.full(files.chunks, files.fill, dtype=files.dtype)
+        full[: block.shape[0]] = block
+        assert files.file(k).read_bytes() == files.codec_at(0).encode(full), k
+        assert np.array_equal(files.read(k), block)
+    assert np.array_equal(arrays.read_array(tmp_path / "a.zarr"), x)
+    files.write((0, 0), x[0:10][:, ::-1], level=0)  # not contiguous: encoded instead
+    assert np.array_equal(files.read((0, 0)), x[0:10][:, ::-1])

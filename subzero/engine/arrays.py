@@ -294,6 +294,28 @@ class ChunkFiles:
                                                  blocksize=conf["blocksize"])
         return got
 
+    def _raw_parts(self, block: np.ndarray) -> list[Any] | None:
+        """The file of a chunk stored raw (Blosc level 0) as pieces written one after the
+        other, without copying the block: Blosc's 16-byte header (the same for every chunk
+        of the array: it holds sizes and flags only), the block's bytes, the fill value
+        for the rows an edge chunk lacks. None where that does not apply (cut along a
+        later axis, a block of another dtype or not contiguous): encode it then."""
+        header = self.__dict__.get("_raw_header")
+        if header is None:
+            probe = self.codec_at(0).encode(np.zeros(self.chunks, dtype=self.dtype))
+            nbytes = int(np.prod(self.chunks)) * self.dtype.itemsize
+            header = self.__dict__["_raw_header"] = (
+                bytes(probe[:16]) if len(probe) == 16 + nbytes else b"")
+        if (not header or block.dtype != self.dtype or not block.flags.c_contiguous
+                or block.shape[1:] != self.chunks[1:]):
+            return None
+        parts: list[Any] = [header, memoryview(block).cast("B")]
+        missing = self.chunks[0] - block.shape[0]
+        if missing:
+            parts.append(np.full((missing,) + self.chunks[1:], self.fill,
+                                 dtype=self.dtype).tobytes())
+        return parts
+
     def write(self, key: tuple[int, ...], block: np.ndarray, level: int | None = None
               ) -> None:
         """Write chunk ``key`` whole (``block``: its cells inside the array): the bytes zarr
@@ -305,14 +327,18 @@ class ChunkFiles:
         if block.shape != box.shape:
             raise StoreError(f"chunk {key} of {_name(self.path)!r} has shape {box.shape}; "
                              f"got a block of shape {block.shape}")
-        if box.shape != self.chunks:  # an edge chunk: zarr pads with the fill value
-            full = np.full(self.chunks, self.fill, dtype=self.dtype)
-            full[tuple(slice(0, n) for n in box.shape)] = block
-        else:
-            full = np.ascontiguousarray(block, dtype=self.dtype)
-        data = (self.codec if level is None else self.codec_at(level)).encode(full)
+        parts = self._raw_parts(block) if level == 0 else None
+        if parts is None:
+            if box.shape != self.chunks:  # an edge chunk: zarr pads with the fill value
+                full = np.full(self.chunks, self.fill, dtype=self.dtype)
+                full[tuple(slice(0, n) for n in box.shape)] = block
+            else:
+                full = np.ascontiguousarray(block, dtype=self.dtype)
+            parts = [(self.codec if level is None else self.codec_at(level)).encode(full)]
         f = self.file(key)
         f.parent.mkdir(parents=True, exist_ok=True)
         tmp = f.with_name(f".{f.name}.{os.getpid()}-{threading.get_ident()}.tmp")
-        tmp.write_bytes(data)
+        with open(tmp, "wb") as out:
+            for part in parts:
+                out.write(part)
         os.replace(tmp, f)
