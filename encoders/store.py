@@ -2,9 +2,15 @@
 
 A shard is one directory (``spec.path``, laid out by :func:`subzero.engine.layout.shard_dir`)::
 
-    data.mdb             LMDB environment (named databases: tables and blobs)
+    data.mdb             LMDB environment: a named database per table, blobs in the main one
     rtree_<name>.dat/.idx  R-trees of the *Many encodings (libspatialindex, bulk-loaded)
     meta.json            metadata (strategy, shapes, key boxes, statistics); written last
+
+Blobs are entries of the main database, keyed ``blob:<name>`` beside the tables' records
+(format 2): the main database's one page holds a small blob as it is, and a large one's
+node pointing to its overflow pages. Format 1 shards keep their blobs in a named database
+of their own (``blobs``), whose page costs each shard 4 KiB more (a small shard's file is
+5 to 20 pages); readers take both layouts.
 
 Writing (:class:`ShardWriter`):
 
@@ -53,8 +59,9 @@ from subzero.lineage import ShardSpec
 
 META = "meta.json"
 DATA = "data.mdb"
-BLOBS = "blobs"
-FORMAT = 1
+BLOBS = "blobs"  # format 1: the named database holding the blobs
+BLOB_KEY = b"blob:"  # format 2: the prefix of the blobs' keys in the main database
+FORMAT = 2
 _PAGE = 4096
 
 
@@ -71,11 +78,15 @@ def _estimate_map(enc: EncodedShard) -> int:
     return int(n * 1.5) + (1 << 20)
 
 
-def _write_lmdb(path: Path, enc: EncodedShard) -> dict[str, Any]:
-    """Write every table and blob in one transaction; returns LMDB statistics."""
+def _write_lmdb(path: Path, enc: EncodedShard) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Write every table and blob in one transaction; returns the LMDB statistics of each
+    table and of the main database (the tables' records and the blobs)."""
+    for t in enc.tables:  # a reader would take such a table for format 1 blobs or a blob
+        if t.name == BLOBS or t.name.encode().startswith(BLOB_KEY):
+            raise ValueError(f"table name {t.name!r} is reserved for blobs")
     map_size = _estimate_map(enc)
     while True:
-        env = lmdb.open(str(path), map_size=map_size, subdir=True, max_dbs=len(enc.tables) + 1,
+        env = lmdb.open(str(path), map_size=map_size, subdir=True, max_dbs=len(enc.tables),
                         lock=False, sync=False, metasync=False, readahead=False)
         try:
             with env.begin(write=True) as txn:
@@ -96,14 +107,12 @@ def _write_lmdb(path: Path, enc: EncodedShard) -> dict[str, Any]:
                         raise RuntimeError(f"table {t.name}: {added} of {len(t.keys)} "
                                            "entries written (keys not sorted?)")
                     stats[t.name] = txn.stat(db)
-                if enc.blobs:
-                    db = env.open_db(BLOBS.encode(), txn=txn)
-                    for name in sorted(enc.blobs):
-                        txn.put(name.encode(), np.ascontiguousarray(enc.blobs[name]).tobytes(),
-                                db=db, append=True)
-                    stats[BLOBS] = txn.stat(db)
+                for name in sorted(enc.blobs):  # beside the tables' records: no append
+                    txn.put(BLOB_KEY + name.encode(),
+                            np.ascontiguousarray(enc.blobs[name]).tobytes())
+            main = env.stat()  # the main database as committed
             env.close()
-            return stats
+            return stats, main
         except lmdb.MapFullError:
             env.close()
             map_size *= 2  # the aborted transaction left nothing behind; retry bigger
@@ -227,7 +236,7 @@ class ShardWriter:
         meta["rtree_dims"] = {sp.name: int(sp.mins.shape[1]) for sp in enc.rtrees}
         t0 = time.perf_counter()
         if enc.tables or enc.blobs:
-            meta["lmdb"] = _write_lmdb(tmp, enc)
+            meta["lmdb"], meta["lmdb_main"] = _write_lmdb(tmp, enc)
         for sp in enc.rtrees:
             if len(sp.ids):  # an empty tree is simply absent
                 _write_rtree(tmp / f"rtree_{sp.name}", sp)
@@ -290,7 +299,10 @@ class ShardWriter:
 
 
 class LmdbShard(ShardData):
-    """Read-only access to a published shard (no locks; one read transaction)."""
+    """Read-only access to a published shard (no locks; one read transaction).
+
+    Blobs are read from the main database (format 2) or, in a shard whose metadata lists
+    a ``blobs`` database (format 1), from that one."""
 
     def __init__(self, path: str | os.PathLike, meta: dict[str, Any]) -> None:
         self.path = Path(path)
@@ -299,6 +311,8 @@ class LmdbShard(ShardData):
         self._txn = None    # zero-copy buffers: blobs, dupfixed runs
         self._btxn = None   # bytes values: entry tables (opened on first use)
         self._dbs: dict[str, Any] = {}
+        self._blob_db = None      # the blobs' database (None: the main one)
+        self._blob_key = BLOB_KEY  # their keys' prefix there
         self._rtrees: dict[str, Any] = {}
         self._cursors: dict[str, Any] = {}
         if (self.path / DATA).exists():
@@ -311,6 +325,8 @@ class LmdbShard(ShardData):
                 dup = name != BLOBS and meta.get("tables", {}).get(name) == "dupfixed"
                 self._dbs[name] = self._env.open_db(name.encode(), create=False,
                                                     dupsort=dup, dupfixed=dup)
+            if BLOBS in self._dbs:  # format 1: blobs in a named database, keyed by name
+                self._blob_db, self._blob_key = self._dbs[BLOBS], b""
             self._txn = self._env.begin(buffers=True)
 
     def _db(self, name: str) -> Any:
@@ -381,17 +397,25 @@ class LmdbShard(ShardData):
             yield self._pack(got)
 
     def blob(self, name: str) -> np.ndarray:
-        if self._env is None or BLOBS not in self._dbs:
+        if self._env is None:
             return np.empty(0, dtype=np.uint8)
-        v = self._txn.get(name.encode(), db=self._db(BLOBS))
+        v = self._txn.get(self._blob_key + name.encode(), db=self._blob_db)
         return np.empty(0, dtype=np.uint8) if v is None else np.frombuffer(v, dtype=np.uint8)
 
     def blob_names(self) -> list[str]:
         """The names of every blob (for ``subzero verify``, which reads them all)."""
-        if self._env is None or BLOBS not in self._dbs:
+        if self._env is None:
             return []
-        cur = self._txn.cursor(self._db(BLOBS))
-        return [bytes(k).decode() for k in cur.iternext(keys=True, values=False)]
+        cur = self._txn.cursor(self._blob_db)
+        names: list[str] = []
+        if cur.set_range(self._blob_key):  # the blobs' keys sort together, from the prefix
+            for k in cur.iternext(keys=True, values=False):
+                k = bytes(k)
+                if not k.startswith(self._blob_key):
+                    break
+                names.append(k[len(self._blob_key):].decode())
+        cur.close()
+        return names
 
     def rtree_query(self, name: str, mins: np.ndarray, maxs: np.ndarray) -> np.ndarray:
         if name not in self._rtrees:

@@ -7,15 +7,19 @@ and every lookup is compared with a brute-force reading of the same pairs.
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 import time
+from pathlib import Path
 from unittest import mock
 
+import lmdb
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from encoders import store
 from encoders.layouts import fewcells
 from encoders.lookup import LookupTimeout, open_shard
 from encoders.sink import make_sink
@@ -40,6 +44,57 @@ def write_shard(home, strategy: str, pairs: PairBatch | None, out_shape, in_shap
         for b in split_batch(pairs, parts):
             sink.write(b)
     return sink.close()
+
+
+def to_format1(path) -> None:
+    """Rewrite the published shard at ``path`` in the layout of format 1, as SubZero wrote
+    shards before format 2 (what users' stored runs hold): the same tables, written the same
+    way, then the blobs in a named database ``blobs`` of their own (in the main database
+    from format 2), ``meta.json`` with ``format`` 1 and the ``blobs`` database's
+    statistics under ``lmdb``. Its ``data.mdb`` is byte for byte the one format 1's writer
+    made of the same pairs, but for the map size its meta pages record."""
+    path = Path(path)
+    meta = json.loads((path / store.META).read_text())
+    meta["format"] = 1
+    meta.pop("lmdb_main", None)
+    if (path / store.DATA).exists():
+        kinds = meta["tables"]
+        src = lmdb.open(str(path), readonly=True, lock=False, max_dbs=max(1, len(kinds)))
+        with src.begin() as txn:
+            tables = {}
+            for name, kind in kinds.items():
+                dup = kind == "dupfixed"
+                db = src.open_db(name.encode(), txn=txn, create=False, dupsort=dup,
+                                 dupfixed=dup)
+                tables[name] = list(txn.cursor(db).iternext(keys=True, values=True))
+            cur = txn.cursor()
+            blobs = {}
+            if cur.set_range(store.BLOB_KEY):
+                for k, v in cur.iternext(keys=True, values=True):
+                    if not k.startswith(store.BLOB_KEY):
+                        break
+                    blobs[k[len(store.BLOB_KEY):]] = v
+        src.close()
+        (path / store.DATA).unlink()
+        env = lmdb.open(str(path), map_size=1 << 26, subdir=True, max_dbs=len(kinds) + 1,
+                        lock=False, sync=False, metasync=False, readahead=False)
+        stats = {}
+        with env.begin(write=True) as txn:  # format 1's writer: tables, then blobs
+            for name, kind in kinds.items():
+                dup = kind == "dupfixed"
+                db = env.open_db(name.encode(), txn=txn, dupsort=dup, dupfixed=dup)
+                txn.cursor(db).putmulti(tables[name], append=True)
+                stats[name] = txn.stat(db)
+            if blobs:
+                db = env.open_db(store.BLOBS.encode(), txn=txn)
+                for name in sorted(blobs):
+                    txn.put(name, blobs[name], db=db, append=True)
+                stats[store.BLOBS] = txn.stat(db)
+        env.close()
+        meta["lmdb"] = stats
+        meta["stats"]["data_bytes"] = (path / store.DATA).stat().st_size
+    meta["files"] = {f.name: f.stat().st_size for f in path.iterdir() if f.name != store.META}
+    (path / store.META).write_text(json.dumps(meta))
 
 
 def brute_payload(pairs: PairBatch, q: np.ndarray | None) -> dict[int, set[bytes]]:
@@ -118,6 +173,27 @@ class EncodingConformance:
                     check_full_lookups(r, pairs, q, in_shapes, data)
                 if self.payload:
                     assert read_payload(r.payload_pairs(None)) == brute_payload(pairs, None)
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
+
+    @settings(SETTINGS, max_examples=10)
+    @given(data=st.data(), out_shape=shapes, second=st.booleans())
+    def test_format1_shard_matches_brute_force(self, data, out_shape, second):
+        """The same lookups on the shard rewritten in format 1 (users' stored runs)."""
+        in_shapes = [out_shape] + ([data.draw(shapes)] if second else [])
+        pairs = data.draw(region_pairs(out_shape, in_shapes, self.payload))
+        home = tempfile.mkdtemp(prefix="sz-conf-")
+        try:
+            stats = write_shard(home, self.strategy, pairs, out_shape, in_shapes)
+            to_format1(stats["path"])
+            with open_shard(stats["path"]) as r:
+                assert r.meta["format"] == 1
+                q = data.draw(queries(out_shape))
+                if self.payload:
+                    assert read_payload(r.payload_pairs(q)) == brute_payload(pairs, q)
+                    assert read_payload(r.payload_pairs(None)) == brute_payload(pairs, None)
+                else:
+                    check_full_lookups(r, pairs, q, in_shapes, data)
         finally:
             shutil.rmtree(home, ignore_errors=True)
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,7 +18,8 @@ from encoders import store
 from encoders.lookup import open_shard
 from subzero.cells import Ragged
 from subzero.lineage import PairBatch
-from tests.encoders.conformance import write_shard
+from subzero.testing import brute_backward, brute_forward
+from tests.encoders.conformance import brute_payload, read_payload, to_format1, write_shard
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -161,3 +163,89 @@ def test_a_zombie_writer_counts_as_dead_and_its_leftovers_are_swept(tmp_path):
     assert store.remove_unpublished(strat) == 2
     assert [p.name for p in strat.iterdir()] == ["0.0"]
     assert store.remove_unpublished(tmp_path / "missing") == 0
+
+
+STRATEGIES = ["full-one-bwd", "full-one-fwd", "full-many-bwd", "full-many-fwd", "pay-one-bwd",
+              "pay-many-bwd", "comp-one-bwd", "comp-many-bwd"]
+
+
+def layout_pairs(payload: bool) -> tuple[PairBatch, tuple, list]:
+    """Pairs of a 40 x 30 output (and a 20 x 15 second input for full lineage) from a
+    fixed seed: overlapping regions, payloads from a small vocabulary."""
+    rng = np.random.default_rng(7)
+    out_shape, in_shapes = (40, 30), [(40, 30), (20, 15)]
+    n = 300
+
+    def regions(size: int, most: int) -> Ragged:
+        return Ragged.from_rows([np.unique(rng.integers(0, size, rng.integers(1, most)))
+                                 .astype(np.uint64) for _ in range(n)])
+
+    out = regions(1200, 6)
+    if not payload:
+        return PairBatch(out, ins=tuple(regions(int(np.prod(s)), 9) for s in in_shapes)), \
+            out_shape, in_shapes
+    vocab = [b"", b"\x01", bytes(range(20))] + [rng.bytes(40) for _ in range(60)]
+    pays = [np.frombuffer(vocab[i], np.uint8) for i in rng.integers(0, len(vocab), n)]
+    return PairBatch(out, payload=Ragged.from_rows(pays, np.uint8)), out_shape, in_shapes[:1]
+
+
+def _main_keys(path) -> list[bytes]:
+    env = lmdb.open(str(path), readonly=True, lock=False)
+    try:
+        with env.begin() as txn:
+            return list(txn.cursor().iternext(keys=True, values=False))
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_format1_shards_read_the_same(tmp_path, strategy):
+    """A shard written by format 1 (blobs in a named database ``blobs``, as users' stored
+    runs hold) reads exactly as the format 2 shard of the same pairs (blobs in the main
+    database, a page smaller): every blob, lookup, payload scan and what verify reads."""
+    from subzero.engine.verify import read_whole_shard
+
+    payload = strategy.startswith(("pay", "comp"))
+    one = "-one-" in strategy  # FullOne/PayOne: a cell index and a record heap blob
+    pairs, out_shape, in_shapes = layout_pairs(payload)
+    st = write_shard(tmp_path / "home", strategy, pairs, out_shape, in_shapes)
+    new, old = Path(st["path"]), tmp_path / "old"
+    shutil.copytree(new, old)
+    to_format1(old)
+    assert json.loads((new / "meta.json").read_text())["format"] == store.FORMAT == 2
+    assert json.loads((old / "meta.json").read_text())["format"] == 1
+    assert (b"blobs" in _main_keys(old)) == one and b"blobs" not in _main_keys(new)
+    assert (b"blob:heap" in _main_keys(new)) == one
+    grew = (old / "data.mdb").stat().st_size - (new / "data.mdb").stat().st_size
+    assert grew == (4096 if one else 0)
+
+    q_out = [np.arange(1200, dtype=np.uint64), np.arange(0, 1200, 7, dtype=np.uint64),
+             np.array([5], np.uint64), np.empty(0, np.uint64)]
+    with open_shard(new) as a, open_shard(old) as b:
+        assert a.data.blob_names() == b.data.blob_names() == (["heap"] if one else [])
+        for name in a.data.blob_names():
+            assert a.data.blob(name).tobytes() == b.data.blob(name).tobytes()
+            assert len(a.data.blob(name)) == a.meta["heap_bytes"] > 0
+        assert len(a.data.blob("missing")) == len(b.data.blob("missing")) == 0
+        for r in (a, b):
+            if payload:
+                for q in q_out:
+                    assert read_payload(r.payload_pairs(q)) == brute_payload(pairs, q)
+                assert read_payload(r.payload_pairs(None)) == brute_payload(pairs, None)
+                continue
+            for i, s in enumerate(in_shapes):
+                q_in = np.arange(0, int(np.prod(s)), 3, dtype=np.uint64)
+                for q in q_out:
+                    assert set(r.backward(q, i).tolist()) == brute_backward(pairs, q, i)
+                assert set(r.forward(q_in, i).tolist()) == brute_forward(pairs, q_in, i)
+    assert read_whole_shard(old) == read_whole_shard(new) > 0
+
+
+def test_names_of_blobs_are_no_table_names(tmp_path):
+    from encoders.base import EncodedShard, Table
+
+    for name in (store.BLOBS, "blob:x"):
+        enc = EncodedShard(tables=[Table(name, np.zeros(1, np.uint64),
+                                         items=np.zeros((1, 2), np.uint8))])
+        with pytest.raises(ValueError, match="reserved for blobs"):
+            store._write_lmdb(tmp_path, enc)
