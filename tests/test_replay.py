@@ -511,3 +511,39 @@ def test_what_a_replay_foresees_to_read_follows_the_change_not_run_order():
     # from the overscan's mean itself everything after it is reached whole
     got = _foreseen(wf, "meanoverscan1", _needed(wf, "meanoverscan1", None))
     assert got["rmoverscan1"] is True and got["clust"] is True
+
+
+def test_the_replays_io_threads_read_first_in_step_order_and_the_caller_can_help():
+    """Reads run before writes, an earlier step's read first; help() runs what is queued
+    in the calling thread; shutting down with cancel_futures cancels what never ran."""
+    import threading
+
+    from subzero.engine.replay import READ, WRITE, _IOPool
+
+    pool = _IOPool(1)
+    gate, done = threading.Event(), []
+    pool.submit((READ, -1), gate.wait)  # keeps the one thread busy while work queues
+    futs = [pool.submit((WRITE, 0), done.append, "write a"),
+            pool.submit((READ, 7), done.append, "read 7"),
+            pool.submit((WRITE, 0), done.append, "write b"),
+            pool.submit((READ, 2), done.append, "read 2")]
+    gate.set()
+    for f in futs:
+        f.result(timeout=10)
+    assert done == ["read 2", "read 7", "write a", "write b"]
+    gate.clear()
+    busy = threading.Event()
+    pool.submit((READ, -1), lambda: (busy.set(), gate.wait()))
+    assert busy.wait(timeout=10)  # the pool's thread holds it: help() must not
+    mine = pool.submit((WRITE, 0), lambda: threading.current_thread().name)
+    left = pool.submit((WRITE, 0), done.append, "helped")
+    got = []
+    helper = threading.Thread(target=lambda: (pool.help(), got.append(mine.result())))
+    helper.start()
+    helper.join(timeout=10)
+    assert got == [helper.name] and done[-1] == "helped"
+    pending = pool.submit((WRITE, 0), done.append, "cancelled")
+    pool.shutdown(wait=False, cancel_futures=True)
+    gate.set()
+    pool.shutdown(wait=True)
+    assert pending.cancelled() and "cancelled" not in done
