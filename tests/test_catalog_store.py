@@ -5,6 +5,7 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from subzero.cells import Box
 from subzero.chunking import Chunking, chunk_grid
@@ -227,3 +228,53 @@ def test_a_chunk_stored_raw_is_the_bytes_blosc_writes_at_level_0(tmp_path, dtype
     assert np.array_equal(arrays.read_array(tmp_path / "a.zarr"), x)
     files.write((0, 0), x[0:10][:, ::-1], level=0)  # not contiguous: encoded instead
     assert np.array_equal(files.read((0, 0)), x[0:10][:, ::-1])
+
+
+@settings(max_examples=40, deadline=None)
+@given(dtype=st.sampled_from(["float64", "int64", "uint16", "bool", "float32"]),
+       shuffle=st.sampled_from(["bitshuffle", "shuffle", "noshuffle"]),
+       rows=st.integers(1, 40), row=st.integers(0, 200), seed=st.integers(0, 2**16))
+def test_a_chunk_spliced_into_its_base_decodes_as_the_patched_chunk(
+        tmp_path_factory, dtype, shuffle, rows, row, seed):
+    """A chunk that differs from its base file in a span is written as the base's Blosc
+    blocks with those holding the span compressed again: zarr and the chunk files read
+    the patched chunk, edge chunks and the last, shorter block included."""
+    import zarr
+
+    tmp = tmp_path_factory.mktemp("splice")
+    rng = np.random.default_rng(seed)
+    shape, chunks = (300, 37), (256, 37)  # chunk 1 is an edge chunk (44 of 256 rows)
+    x = np.abs(rng.normal(size=shape) * 50).round().astype(dtype)
+    zarr.create_array(tmp / "a.zarr", shape=shape, chunks=chunks, dtype=dtype,
+                      compressors=[zarr.codecs.BloscCodec(cname="lz4", clevel=5,
+                                                          shuffle=shuffle, blocksize=4096)])
+    zarr.open_array(tmp / "a.zarr", mode="r+")[:] = x
+    files = arrays.ChunkFiles.open(tmp / "a.zarr")
+    key = (0, 0) if row < 256 else (1, 0)
+    cb = files.box(key)
+    lo = min(row % 256, cb.shape[0] - 1)
+    hi = min(lo + rows, cb.shape[0])
+    y = x.copy()
+    y[cb.lo[0] + lo: cb.lo[0] + hi, 3:30] = (rng.normal(size=(hi - lo, 27)) * 9).astype(dtype)
+    base = tmp / "base"
+    base.write_bytes(files.file(key).read_bytes())
+    frame = base.read_bytes()
+    parts = files._spliced(frame, np.ascontiguousarray(y[cb.slices]), (lo * 37, hi * 37))
+    assert parts is not None or frame[2] & 0x02  # Blosc stored it raw: no blocks to splice
+    files.write(key, np.ascontiguousarray(y[cb.slices]), base=base, span=(lo * 37, hi * 37))
+    assert np.array_equal(files.read(key), y[cb.slices])
+    assert np.array_equal(arrays.read_array(tmp / "a.zarr"), y)
+
+
+def test_a_chunk_stored_raw_is_not_spliced_but_written_whole(tmp_path):
+    x = np.arange(2000.0).reshape(40, 50)
+    arrays.write_array(tmp_path / "a.zarr", x, (20, 50))
+    files = arrays.ChunkFiles.open(tmp_path / "a.zarr")
+    files.write((0, 0), x[:20], level=0)  # now raw (Blosc's memcpy flag): no blocks
+    base = tmp_path / "base"
+    base.write_bytes(files.file((0, 0)).read_bytes())
+    assert files._spliced(base.read_bytes(), x[:20], (0, 50)) is None
+    y = x.copy()
+    y[2, 3] = -1.0
+    files.write((0, 0), y[:20], base=base, span=(103, 104))
+    assert np.array_equal(arrays.read_array(tmp_path / "a.zarr"), y)

@@ -316,18 +316,103 @@ class ChunkFiles:
                                  dtype=self.dtype).tobytes())
         return parts
 
-    def write(self, key: tuple[int, ...], block: np.ndarray, level: int | None = None
-              ) -> None:
+    def _spliced(self, frame: Any, block: np.ndarray, span: tuple[int, int]
+                 ) -> list[Any] | None:
+        """The file of a chunk that differs from the chunk file ``frame`` (its bytes) only
+        in the items ``span`` (C order, a range within the chunk): ``frame``'s Blosc
+        blocks, with those holding the span compressed again from ``block`` (the chunk's
+        cells inside the array). Blosc compresses each block on its own, so a block is
+        compressed alone, as the block at the same place in a chunk of one (or, for the
+        last, shorter block, two) blocks with the frame's block size and flags, and put in
+        place of the old one. A 10 x 10 patch then costs one of a chunk's blocks instead
+        of the whole chunk. None where that does not apply (a frame stored raw or of other
+        sizes, an edge chunk cut along a later axis, another dtype): encode it then."""
+        isz = self.dtype.itemsize
+        n = int(np.prod(self.chunks))
+        if (len(frame) < 16 or block.dtype != self.dtype or not block.flags.c_contiguous
+                or block.shape[1:] != self.chunks[1:]):
+            return None
+        flags, typesize = frame[2], frame[3]
+        nbytes, bsize, cbytes = (int.from_bytes(frame[i:i + 4], "little") for i in (4, 8, 12))
+        if (flags & 0x02 or typesize != isz or nbytes != n * isz or cbytes != len(frame)
+                or bsize <= 0 or bsize % isz):
+            return None  # 0x02: stored raw (no blocks)
+        nblocks, per = -(-nbytes // bsize), bsize // isz
+        starts = np.frombuffer(frame, dtype="<i4", count=nblocks, offset=16).astype(np.int64)
+        ends = np.append(starts[1:], cbytes)
+        if starts[0] != 16 + 4 * nblocks or np.any(ends < starts):
+            return None
+        flat, have = block.reshape(-1), block.size
+        new: dict[int, Any] = {}
+        for b in range(span[0] // per, (span[1] - 1) // per + 1):
+            lo, hi = b * per, min((b + 1) * per, n)
+            raw = flat[lo:min(hi, have)]
+            if hi > have:  # an edge chunk's rows beyond the array hold the fill value
+                raw = np.concatenate([raw, np.full(hi - max(lo, have), self.fill, self.dtype)])
+            short = hi - lo < per  # the last block: compressed as the last of two
+            data = np.concatenate([np.zeros(per, self.dtype), raw]) if short else raw
+            body = self._block_body(np.ascontiguousarray(data), flags, bsize, 2 if short else 1)
+            if body is None:
+                return None
+            new[b] = body
+        view = memoryview(frame)
+        bodies = [new[b] if b in new else view[a:z]
+                  for b, (a, z) in enumerate(zip(starts.tolist(), ends.tolist()))]
+        sizes = np.array([len(x) for x in bodies], dtype=np.int64)
+        first = 16 + 4 * nblocks
+        offsets = first + np.concatenate([[0], np.cumsum(sizes[:-1])])
+        header = bytes(frame[:12]) + int(first + sizes.sum()).to_bytes(4, "little")
+        return [header, offsets.astype("<i4").tobytes(), *bodies]
+
+    def _block_body(self, data: np.ndarray, flags: int, bsize: int, count: int
+                    ) -> bytes | None:
+        """The last of the ``count`` Blosc blocks of ``data`` compressed with the array's
+        codec into blocks of ``bsize`` bytes with header ``flags``, or None. Blosc scales a
+        requested block size (by the type size, for codecs that split a block by byte),
+        so the request that gives ``bsize`` is found once per block size and kept."""
+        import numcodecs
+
+        conf = self.codec.get_config()
+        known = self.__dict__.setdefault("_block_codecs", {})
+        isz = self.dtype.itemsize
+        tries = [known[bsize]] if bsize in known else [
+            numcodecs.Blosc(cname=conf["cname"], clevel=int(conf["clevel"]),
+                            shuffle=conf["shuffle"], blocksize=want)
+            for want in dict.fromkeys((bsize // isz, bsize))]
+        for codec in tries:
+            enc = codec.encode(data)
+            if (len(enc) >= 16 + 4 * count and enc[2] == flags and enc[3] == isz
+                    and int.from_bytes(enc[8:12], "little") == bsize
+                    and int.from_bytes(enc[4:8], "little") == data.nbytes):
+                known[bsize] = codec
+                at = int(np.frombuffer(enc, dtype="<i4", count=count, offset=16)[-1])
+                return enc[at:]
+        return None
+
+    def write(self, key: tuple[int, ...], block: np.ndarray, level: int | None = None,
+              base: Path | None = None, span: tuple[int, int] | None = None) -> None:
         """Write chunk ``key`` whole (``block``: its cells inside the array): the bytes zarr
         writes, or compressed at ``level`` (:meth:`codec_at`; a replay writes at 1, or 0
         where Blosc barely shrinks the chunk: 2.5x and 6x quicker to encode an LSST image
-        chunk than zarr's level 5)."""
+        chunk than zarr's level 5). With ``base`` (a chunk file) and ``span`` (the items,
+        in C order within the chunk, where ``block`` may differ from it): ``base``'s
+        Blosc blocks, those holding the span compressed again (:meth:`_spliced`)."""
         box = self.box(key)
         block = np.asarray(block)
         if block.shape != box.shape:
             raise StoreError(f"chunk {key} of {_name(self.path)!r} has shape {box.shape}; "
                              f"got a block of shape {block.shape}")
-        parts = self._raw_parts(block) if level == 0 else None
+        parts, frame = None, None
+        if base is not None and span is not None:
+            try:
+                with open(base, "rb") as fh:
+                    frame = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            except (OSError, ValueError):
+                frame = None
+            if frame is not None:
+                parts = self._spliced(frame, block, span)
+        if parts is None and level == 0:
+            parts = self._raw_parts(block)
         if parts is None:
             if box.shape != self.chunks:  # an edge chunk: zarr pads with the fill value
                 full = np.full(self.chunks, self.fill, dtype=self.dtype)
@@ -338,7 +423,15 @@ class ChunkFiles:
         f = self.file(key)
         f.parent.mkdir(parents=True, exist_ok=True)
         tmp = f.with_name(f".{f.name}.{os.getpid()}-{threading.get_ident()}.tmp")
-        with open(tmp, "wb") as out:
-            for part in parts:
-                out.write(part)
+        try:
+            with open(tmp, "wb") as out:
+                for part in parts:
+                    out.write(part)
+        finally:
+            del parts  # the memory map's views, before it closes
+            if frame is not None:
+                try:
+                    frame.close()
+                except BufferError:  # still viewed: closed when the last view goes
+                    pass
         os.replace(tmp, f)

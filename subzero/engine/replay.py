@@ -329,6 +329,14 @@ class _IOPool:
                 t.join()
 
 
+def _span(inter: Box, chunk: Box, chunks: Sequence[int]) -> tuple[int, int]:
+    """The items, in C order within a chunk of shape ``chunks`` at ``chunk``, from the
+    first to the last cell of ``inter`` (every cell of ``inter`` lies between them)."""
+    first = np.ravel_multi_index(tuple(a - c for a, c in zip(inter.lo, chunk.lo)), chunks)
+    last = np.ravel_multi_index(tuple(b - 1 - c for b, c in zip(inter.hi, chunk.lo)), chunks)
+    return int(first), int(last) + 1
+
+
 def _link(src: str, dst: str) -> None:
     """``dst`` the same file as ``src`` (a hard link; a copy where links are refused)."""
     try:
@@ -381,6 +389,9 @@ class _Derived:
     fast: dict[str, arrays.ChunkFiles] = field(default_factory=dict)
     own: dict[str, set[Key]] = field(default_factory=dict)  # chunks rewritten, per array
     dirty: dict[str, set[Key]] = field(default_factory=dict)  # rewritten, not yet written
+    #: per rewritten chunk patched from the parent's, the items (C order within the chunk)
+    #: that may differ from the parent's file: where its Blosc blocks are compressed again
+    spans: dict[tuple[str, Key], tuple[int, int]] = field(default_factory=dict)
     #: decoded chunks: the parent's (or the future decoding one), and the rewritten ones
     old_chunks: dict[tuple[str, Key], Any] = field(default_factory=dict)
     new_chunks: dict[tuple[str, Key], np.ndarray] = field(default_factory=dict)
@@ -569,10 +580,15 @@ class _Derived:
                     chunk = np.ascontiguousarray(block, dtype=files.dtype)
                 else:  # the parent's chunk, patched: its decoded copy if this replay owns it
                     chunk = self._take(name, k, old)
+                    self.spans[(name, k)] = _span(inter, cb, files.chunks)
                 self.held += chunk.nbytes
                 self.new_chunks[(name, k)] = chunk
             else:  # cells no other tile patched still hold the parent's values
                 changed[there] = differs(chunk[here], new)
+                if (name, k) in self.spans:
+                    a, z = _span(inter, cb, files.chunks)
+                    lo, hi = self.spans[(name, k)]
+                    self.spans[(name, k)] = (min(a, lo), max(z, hi))
             if cb != box:
                 if not chunk.flags.writeable:  # a whole block kept as it came (a view)
                     chunk = self.new_chunks[(name, k)] = chunk.copy()
@@ -609,9 +625,13 @@ class _Derived:
                 _link(str(parent.file(k)), str(target))
                 self.own[name].discard(k)
                 self.held -= self.new_chunks.pop((name, k)).nbytes
+                self.spans.pop((name, k), None)
                 continue
+            span = self.spans.pop((name, k), None)
+            parent = self.parent_files(name) if span is not None else None
             self.chunk_writes[(name, k)] = self.pool.submit(
-                (WRITE, 0), files.write, k, self.new_chunks[(name, k)], self.level(name, k))
+                (WRITE, 0), files.write, k, self.new_chunks[(name, k)], self.level(name, k),
+                parent.file(k) if parent is not None else None, span)
 
     def level(self, name: str, key: Key) -> int:
         """The Blosc level chunk ``key`` of ``name`` is rewritten at: 1, or 0 (stored raw)
