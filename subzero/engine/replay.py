@@ -345,6 +345,21 @@ def _link(src: str, dst: str) -> None:
         shutil.copyfile(src, dst)
 
 
+def _copy_chunks(src: Path, dst: Path, keys: Sequence[Key]) -> None:
+    """Array ``dst``, chunk by chunk, from array ``src``: its metadata, and its chunk files
+    ``keys`` as hard links (the others are written by the replay)."""
+    dst.mkdir(exist_ok=True)  # a rewritten chunk's write may have made it already
+    shutil.copyfile(src / "zarr.json", dst / "zarr.json")
+    src_c, dst_c, made = str(src / "c"), str(dst / "c"), set()
+    for k in keys:
+        rel = [str(i) for i in k]
+        folder = os.path.join(dst_c, *rel[:-1])
+        if folder not in made:
+            os.makedirs(folder, exist_ok=True)
+            made.add(folder)
+        _link(os.path.join(src_c, *rel), os.path.join(folder, rel[-1]))
+
+
 def _assemble(files: arrays.ChunkFiles, box: Box, chunk: Callable[[Key], np.ndarray]
               ) -> np.ndarray:
     """The cells of ``box`` from the chunks ``chunk(key)`` (a view when one chunk holds
@@ -531,20 +546,10 @@ class _Derived:
         info = self.parent.arrays[name]
         dst = self.path(name)
         files = self.parent_files(name) if rewrite is not None else None
-        if files is not None:
-            dst.mkdir()
-            shutil.copyfile(files.path / "zarr.json", dst / "zarr.json")
-            if not whole:
-                src_c, dst_c, made = str(files.path / "c"), str(dst / "c"), set()
-                for k in files.keys():
-                    if k in rewrite:
-                        continue
-                    rel = [str(i) for i in k]
-                    folder = os.path.join(dst_c, *rel[:-1])
-                    if folder not in made:
-                        os.makedirs(folder, exist_ok=True)
-                        made.add(folder)
-                    _link(os.path.join(src_c, *rel), os.path.join(folder, rel[-1]))
+        if files is not None:  # made by an I/O thread (done before the run completes)
+            keep = [] if whole else [k for k in files.keys() if k not in rewrite]
+            self.writes.setdefault(name, []).append(
+                self.pool.submit((WRITE, 0), _copy_chunks, files.path, dst, keep))
             self.fast[name] = arrays.ChunkFiles(dst, files.shape, files.chunks, files.dtype,
                                                 files.fill, files.codec)
             self.own[name] = set()
