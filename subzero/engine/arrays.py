@@ -202,7 +202,9 @@ class ChunkFiles:
     edge chunks padded with the fill value) through the array's Blosc codec, exactly what
     zarr writes and reads (the tests compare the bytes). A replay rewrites a few chunks of
     many arrays, where zarr's per-call cost (its event loop, a read-modify-write of a
-    partial chunk) is most of the time.
+    partial chunk) is most of the time; it writes them with the array's compressor and
+    shuffle at another level, or splices a patched chunk's Blosc blocks into its parent's
+    (:meth:`write`): Blosc frames that zarr reads like any other (the tests check).
 
     :meth:`open` gives None for any array it cannot vouch for (text, 0-d, other codecs or
     chunk keys): use zarr there. A chunk is written to a temporary file and renamed over
