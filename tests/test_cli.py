@@ -100,3 +100,17 @@ def test_an_output_is_replaced_only_when_written_whole(tmp_path):
     with pytest.raises(CliError, match=r"--out .*dir\.npy: could not write it"):
         with output_file(tmp_path / "dir.npy", "--out") as tmp:
             tmp.write_bytes(b"x")
+
+
+def test_python_dash_m_subzero_is_the_command_line():
+    """``python -m subzero`` runs the same command line as the ``subzero`` script."""
+    import subprocess
+    import sys
+
+    got = subprocess.run([sys.executable, "-m", "subzero", "workflows", "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert got.returncode == 0, got.stderr
+    assert "astronomy" in [w["name"] for w in json.loads(got.stdout)]
+    bad = subprocess.run([sys.executable, "-m", "subzero", "nosuchcommand"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "nosuchcommand" in bad.stderr
