@@ -309,3 +309,36 @@ def test_a_patch_of_a_calibrated_image_is_spliced_not_encoded_whole(tmp_path, sh
             out = np.empty(files.chunks)
             files.codec.decode(b"".join(bytes(p) for p in parts), out=out)
             assert np.array_equal(out, block)
+
+
+def test_a_chunk_write_that_fails_leaves_the_old_chunk_and_no_stray_file(tmp_path, monkeypatch):
+    """A write that fails midway (a full disk) leaves the chunk file as it was and no
+    temporary file beside it."""
+    import builtins
+
+    x = np.arange(40.0).reshape(4, 10)
+    arrays.write_array(tmp_path / "a.zarr", x, (2, 10))
+    files = arrays.ChunkFiles.open(tmp_path / "a.zarr")
+    before = files.file((0, 0)).read_bytes()
+    real_open = builtins.open
+
+    class Full:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            self.f.close()
+
+        def write(self, part):
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(builtins, "open", lambda p, mode="r", *a, **k: (
+        Full(real_open(p, mode, *a, **k)) if "w" in mode else real_open(p, mode, *a, **k)))
+    with pytest.raises(OSError, match="No space"):
+        files.write((0, 0), -x[:2], level=0)
+    monkeypatch.undo()
+    assert files.file((0, 0)).read_bytes() == before
+    assert sorted(p.name for p in files.file((0, 0)).parent.iterdir()) == ["0"]

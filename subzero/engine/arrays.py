@@ -196,6 +196,19 @@ def logical_bytes(shape: Sequence[int], dtype: Any) -> int:
 
 
 # -- direct chunk I/O -----------------------------------------------------------------------
+def _blosc_sizes(frame: Any) -> tuple[int, int, int]:
+    """A Blosc frame's (decoded bytes, block size, encoded bytes), from its 16-byte
+    header (little endian at bytes 4, 8 and 12); -1 each for a frame shorter than that.
+
+    >>> import numcodecs; f = numcodecs.Blosc("lz4", 5, 1).encode(np.zeros(10))
+    >>> _blosc_sizes(f)[0], _blosc_sizes(f)[2] == len(f), _blosc_sizes(b"x")
+    (80, True, (-1, -1, -1))
+    """
+    if len(frame) < 16:
+        return -1, -1, -1
+    return tuple(int.from_bytes(frame[i:i + 4], "little") for i in (4, 8, 12))  # type: ignore
+
+
 class ChunkFiles:
     """Whole chunks of a numeric array this module created, read and written as files
     without zarr's machinery: the chunk file is the chunk's bytes (C order, little endian,
@@ -274,9 +287,8 @@ class ChunkFiles:
         except ValueError:  # an empty file cannot be mapped
             data = None
         try:
-            # Blosc's header: bytes 4-8 the decoded size, 12-16 the encoded (little endian)
-            size = int.from_bytes(data[4:8], "little") if data and len(data) >= 16 else -1
-            if size != full.nbytes or int.from_bytes(data[12:16], "little") != len(data):
+            size, _, encoded = _blosc_sizes(data) if data else (-1, -1, -1)
+            if size != full.nbytes or encoded != len(data):
                 raise ValueError(f"it decodes to {size} bytes; expected {full.nbytes}")
             self.codec.decode(data, out=full)
         except (RuntimeError, ValueError, TypeError) as e:
@@ -296,13 +308,16 @@ class ChunkFiles:
         cache = self.__dict__.setdefault("_levels", {})
         got = cache.get(level)
         if got is None:
-            import numcodecs
-
-            conf = self.codec.get_config()
-            got = cache[level] = numcodecs.Blosc(cname=conf["cname"], clevel=int(level),
-                                                 shuffle=conf["shuffle"],
-                                                 blocksize=conf["blocksize"])
+            got = cache[level] = self._blosc(level, self.codec.get_config()["blocksize"])
         return got
+
+    def _blosc(self, level: int, blocksize: int) -> Any:
+        """A Blosc codec with the array's compressor and shuffle."""
+        import numcodecs
+
+        conf = self.codec.get_config()
+        return numcodecs.Blosc(cname=conf["cname"], clevel=int(level), shuffle=conf["shuffle"],
+                               blocksize=int(blocksize))
 
     def _raw_parts(self, block: np.ndarray) -> list[Any] | None:
         """The file of a chunk stored raw (Blosc level 0) as pieces written one after the
@@ -345,7 +360,7 @@ class ChunkFiles:
                 or block.shape[1:] != self.chunks[1:]):
             return None
         flags, typesize = frame[2], frame[3]
-        nbytes, bsize, cbytes = (int.from_bytes(frame[i:i + 4], "little") for i in (4, 8, 12))
+        nbytes, bsize, cbytes = _blosc_sizes(frame)
         if (flags & 0x02 or typesize != isz or nbytes != n * isz or cbytes != len(frame)
                 or bsize <= 0 or bsize % isz):
             return None  # 0x02: stored raw (no blocks)
@@ -387,20 +402,16 @@ class ChunkFiles:
         Blosc scales a requested block size (by the type size, for codecs that split a
         block by byte), so the request that gives ``bsize`` is found once per block size
         and kept."""
-        import numcodecs
-
-        conf = self.codec.get_config()
         known = self.__dict__.setdefault("_block_codecs", {})
         isz = self.dtype.itemsize
+        level = min(1, int(self.codec.get_config()["clevel"]))
         tries = [known[bsize]] if bsize in known else [
-            numcodecs.Blosc(cname=conf["cname"], clevel=min(1, int(conf["clevel"])),
-                            shuffle=conf["shuffle"], blocksize=want)
-            for want in dict.fromkeys((bsize // isz, bsize))]
+            self._blosc(level, want) for want in dict.fromkeys((bsize // isz, bsize))]
         for codec in tries:
             enc = codec.encode(data)
+            size, got_bsize, _ = _blosc_sizes(enc)
             if (len(enc) >= 16 + 4 * count and enc[2] == flags and enc[3] == isz
-                    and int.from_bytes(enc[8:12], "little") == bsize
-                    and int.from_bytes(enc[4:8], "little") == data.nbytes):
+                    and got_bsize == bsize and size == data.nbytes):
                 known[bsize] = codec
                 at = 16 + 4 * (count - 1)
                 return enc[int.from_bytes(enc[at:at + 4], "little"):]
@@ -444,6 +455,9 @@ class ChunkFiles:
             with open(tmp, "wb") as out:
                 for part in parts:
                     out.write(part)
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a failed write (a full disk) leaves no stray file
+            raise
         finally:
             del parts  # the memory map's views, before it closes
             if frame is not None:
