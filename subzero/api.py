@@ -212,8 +212,8 @@ class Run:
                              values=None if values is None else np.asarray(values), nan=nan)
         qx = QueryExecutor(self.loaded, log=False)  # a replay is not part of the workload
 
-        def reach(op: str, i: int, changed: np.ndarray) -> np.ndarray:
-            return qx.step(op, i, "forward", changed)[0]
+        def reach(op: str, i: int, changed: np.ndarray, n: int) -> np.ndarray:
+            return qx.step(op, i, "forward", changed, n_in=n)[0]
 
         if quiet is None:
             quiet = os.environ.get("SUBZERO_QUIET", "0") not in ("", "0")

@@ -271,6 +271,72 @@ def test_a_chunk_spliced_into_its_base_decodes_as_the_patched_chunk(
     assert np.array_equal(arrays.read_array(tmp / "a.zarr"), y)
 
 
+@settings(max_examples=60, deadline=None)
+@given(dtype=st.sampled_from(["float64", "int64", "uint16", "bool", "float32"]),
+       shuffle=st.sampled_from(["bitshuffle", "shuffle", "noshuffle"]),
+       level=st.sampled_from([0, 1, 5]), edge=st.booleans(),
+       spans=st.lists(st.tuples(st.integers(0, 256 * 37 - 1), st.integers(1, 3000)),
+                      min_size=1, max_size=3),
+       seed=st.integers(0, 2**16))
+def test_a_chunk_decoded_block_by_block_holds_what_a_whole_read_does(
+        tmp_path_factory, dtype, shuffle, level, edge, spans, seed):
+    """PartChunk decodes only the Blosc blocks holding the items asked for (the last,
+    shorter block alone too, raw frames by copy), and what it has decoded equals a whole
+    read, span after span and at the end."""
+    import zarr
+
+    tmp = tmp_path_factory.mktemp("part")
+    rng = np.random.default_rng(seed)
+    shape, chunks = (300, 37), (256, 37)  # chunk 1 is an edge chunk (44 of 256 rows)
+    x = np.abs(rng.normal(size=shape) * 50).round().astype(dtype)
+    zarr.create_array(tmp / "a.zarr", shape=shape, chunks=chunks, dtype=dtype,
+                      compressors=[zarr.codecs.BloscCodec(cname="lz4", clevel=level,
+                                                          shuffle=shuffle, blocksize=4096)])
+    zarr.open_array(tmp / "a.zarr", mode="r+")[:] = x
+    files = arrays.ChunkFiles.open(tmp / "a.zarr")
+    key = (1, 0) if edge else (0, 0)
+    whole = np.empty(chunks, dtype=files.dtype).reshape(-1)
+    files.codec.decode(files.file(key).read_bytes(), out=whole)
+    part = files.part(key)
+    n = whole.size
+    layout = arrays._blosc_blocks(files.file(key).read_bytes(), files.dtype.itemsize)
+    for i, (lo, length) in enumerate(spans):
+        hi = min(n, lo + length)
+        part.get((lo, hi))
+        assert np.array_equal(part.full.reshape(-1)[lo:hi], whole[lo:hi])
+        if i == 0 and layout is not None:
+            per = layout[0] // files.dtype.itemsize
+            touched = (hi - 1) // per - lo // per + 1
+            assert part._whole == (touched == len(layout[1]))  # blocks, not the chunk
+    assert np.array_equal(part.get(), files.read(key))
+
+
+def test_a_patched_chunk_decoded_block_by_block_keeps_its_patch(tmp_path):
+    """Cells patched in decoded blocks survive the rest being decoded, and a write that
+    cannot splice (a bit shuffle's last, shorter block) writes the patched chunk whole."""
+    import zarr
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(600, 30, size=(1200, 513)).round() / 1.7
+    zarr.create_array(tmp_path / "a.zarr", shape=x.shape, chunks=(1001, 513), dtype="float64",
+                      compressors=[zarr.codecs.BloscCodec(cname="lz4", clevel=5,
+                                                          shuffle="bitshuffle")])
+    zarr.open_array(tmp_path / "a.zarr", mode="r+")[:] = x
+    files = arrays.ChunkFiles.open(tmp_path / "a.zarr")
+    base = tmp_path / "base"
+    base.write_bytes(files.file((0, 0)).read_bytes())
+    part = files.part((0, 0))
+    span = (996 * 513, 1001 * 513)
+    part.get(span)[996:1001, 250:260] = 0.0
+    assert not part._whole
+    y = x.copy()
+    y[996:1001, 250:260] = 0.0
+    assert files._spliced(base.read_bytes(), part.array, span) is None  # encoded whole
+    files.write((0, 0), part.array, level=1, base=base, span=span, whole=part.get)
+    assert part._whole
+    assert np.array_equal(arrays.read_array(tmp_path / "a.zarr"), y)
+
+
 def test_a_chunk_stored_raw_is_not_spliced_but_written_whole(tmp_path):
     x = np.arange(2000.0).reshape(40, 50)
     arrays.write_array(tmp_path / "a.zarr", x, (20, 50))

@@ -209,6 +209,152 @@ def _blosc_sizes(frame: Any) -> tuple[int, int, int]:
     return tuple(int.from_bytes(frame[i:i + 4], "little") for i in (4, 8, 12))  # type: ignore
 
 
+def _blosc_blocks(frame: Any, itemsize: int) -> tuple[int, np.ndarray, np.ndarray] | None:
+    """A compressed Blosc frame's block size and each block's (start, end) byte offsets,
+    or None where it has no blocks of its own (stored raw, flag 0x02) or its header or
+    offsets do not hold together. A block ends where the next stored one starts (threads
+    may store blocks out of order).
+
+    >>> import numcodecs
+    >>> f = numcodecs.Blosc("lz4", 1, 1, blocksize=4096).encode(np.arange(1500.0))
+    >>> bsize, starts, ends = _blosc_blocks(f, 8)
+    >>> bsize, len(starts), int(ends[-1]) == len(f)
+    (4096, 3, True)
+    """
+    if len(frame) < 16:
+        return None
+    nbytes, bsize, cbytes = _blosc_sizes(frame)
+    if (frame[2] & 0x02 or frame[3] != itemsize or cbytes != len(frame) or bsize <= 0
+            or bsize % itemsize or nbytes <= 0):
+        return None
+    nblocks = -(-nbytes // bsize)
+    if len(frame) < 16 + 4 * nblocks:
+        return None
+    starts = np.frombuffer(frame, dtype="<i4", count=nblocks, offset=16).astype(np.int64)
+    order = np.argsort(starts, kind="stable")
+    ends = np.empty_like(starts)
+    ends[order] = np.append(starts[order][1:], cbytes)
+    if starts[order[0]] != 16 + 4 * nblocks or np.any(ends <= starts):
+        return None
+    return bsize, starts, ends
+
+
+class PartChunk:
+    """A chunk of :class:`ChunkFiles` decoded block by block as its cells are asked for
+    (:meth:`get`). Blosc compresses each block of a chunk on its own, so the cells of a
+    small box cost the one or two blocks holding them rather than the whole chunk (a
+    10-row box of a 4 MB LSST chunk: one of its four 1 MB blocks). A run of blocks is
+    decoded as a Blosc frame of those blocks alone: the chunk's header with the run's
+    sizes, their offsets, their bytes. The last block, when shorter and alone, is a frame
+    of its own size marked unsplit (Blosc compresses a frame's last, shorter block
+    unsplit). A frame without blocks of its own (stored raw) is copied from; one that is
+    neither is decoded whole.
+
+    ``array`` is the chunk's cells inside the array, writable and the chunk's own; cells
+    of blocks not yet asked for hold garbage. Safe for several threads (one decodes at a
+    time).
+    """
+
+    def __init__(self, files: "ChunkFiles", key: tuple[int, ...]) -> None:
+        self.files, self.key = files, key
+        self.full = np.empty(files.chunks, dtype=files.dtype)
+        self.array = self.full[files.cut(key)]
+        self.nbytes = self.full.nbytes
+        self._bytes = self.full.reshape(-1).view(np.uint8)
+        self._lock = threading.Lock()
+        self._done: list[bool] | None = None  # per block: decoded (None: none yet)
+        self._per = 0  # items per block
+        self._whole = False
+
+    def get(self, span: tuple[int, int] | None = None) -> np.ndarray:
+        """``array``, with the items ``span`` (C order within the chunk; None: all)
+        decoded."""
+        if self._whole:
+            return self.array
+        if span is not None and self._done is not None and all(self._blocks(span)):
+            return self.array  # (a block is marked once decoded)
+        with self._lock:
+            if not self._whole:
+                self._decode(span)
+        return self.array
+
+    def _blocks(self, span: tuple[int, int]) -> list[bool]:
+        """Whether each block holding the items ``span`` is decoded."""
+        assert self._done is not None
+        per = self._per
+        return self._done[span[0] // per:(max(span[1], span[0] + 1) - 1) // per + 1]
+
+    def _decode(self, span: tuple[int, int] | None) -> None:
+        files, key = self.files, self.key
+        data = files._map(key)
+        try:
+            files._check(data, self.nbytes)
+            isz = files.dtype.itemsize
+            raw = data[2] & 0x02
+            got = None if raw else _blosc_blocks(data, isz)
+            bsize = got[0] if got is not None else _blosc_sizes(data)[1]
+            if ((span is None and self._done is None) or (got is None and not raw)
+                    or bsize <= 0 or bsize % isz):  # (the same file: nothing decoded yet)
+                files.codec.decode(data, out=self.full)
+                self._whole = True
+                return
+            nblocks = -(-self.nbytes // bsize)
+            if self._done is None:
+                self._per = bsize // isz  # before _done: get() reads both unlocked
+                self._done = [False] * nblocks
+            first = 0 if span is None else span[0] // self._per
+            # (span None: the rest, never a block decoded before: it may be patched)
+            todo = [b for b, done in enumerate(self._done if span is None
+                                               else self._blocks(span), first) if not done]
+            a = 0
+            while a < len(todo):  # runs of consecutive blocks still to decode
+                z = a + 1
+                while z < len(todo) and todo[z] == todo[z - 1] + 1:
+                    z += 1
+                self._run(data, todo[a], todo[z - 1] + 1, bsize, got)
+                a = z
+            if all(self._done):
+                self._whole = True
+        except (RuntimeError, ValueError, TypeError, IndexError) as e:
+            raise files._damaged(key, e) from None
+        finally:
+            if data is not None:
+                data.close()
+
+    def _run(self, data: Any, a: int, z: int, bsize: int,
+             got: tuple[int, np.ndarray, np.ndarray] | None) -> None:
+        """Decode blocks ``a`` to ``z - 1`` into the chunk."""
+        assert self._done is not None
+        nblocks = len(self._done)
+        lo, hi = a * bsize, min(z * bsize, self.nbytes)
+        if got is None:  # stored raw: the items as they are
+            self._bytes[lo:hi] = np.frombuffer(data, np.uint8, hi - lo, 16 + lo)
+            self._done[a:z] = [True] * (z - a)
+            return
+        _, starts, ends = got
+        if a == 0 and z == nblocks:
+            self.files.codec.decode(data, out=self.full)
+            self._done[:] = [True] * nblocks
+            return
+        head = bytes(data[:4])
+        size = bsize
+        if z - a == 1 and hi - lo < bsize:
+            # the shorter last block alone: a frame of that one block, of its size, marked
+            # unsplit (0x10), as Blosc decodes a frame's last, shorter block
+            head, size = head[:2] + bytes([head[2] | 0x10]) + head[3:], hi - lo
+        view = memoryview(data)
+        bodies = [view[int(starts[b]):int(ends[b])] for b in range(a, z)]
+        first = 16 + 4 * len(bodies)
+        sizes = np.array([len(b) for b in bodies], dtype=np.int64)
+        offsets = first + np.concatenate([[0], np.cumsum(sizes[:-1])])
+        frame = b"".join([head, (hi - lo).to_bytes(4, "little"), size.to_bytes(4, "little"),
+                          int(first + sizes.sum()).to_bytes(4, "little"),
+                          offsets.astype("<i4").tobytes(), *bodies])
+        del bodies, view
+        self.files.codec.decode(frame, out=self._bytes[lo:hi])
+        self._done[a:z] = [True] * (z - a)
+
+
 class ChunkFiles:
     """Whole chunks of a numeric array this module created, read and written as files
     without zarr's machinery: the chunk file is the chunk's bytes (C order, little endian,
@@ -279,27 +425,46 @@ class ChunkFiles:
         garbled chunk: DamagedError). The file is decoded from a memory map (no copy of
         its bytes)."""
         full = np.empty(self.chunks, dtype=self.dtype)
+        data = self._map(key)
         try:
-            with open(self.file(key), "rb") as fh:
-                data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        except FileNotFoundError:
-            raise _missing(self.path, key) from None
-        except ValueError:  # an empty file cannot be mapped
-            data = None
-        try:
-            size, _, encoded = _blosc_sizes(data) if data else (-1, -1, -1)
-            if size != full.nbytes or encoded != len(data):
-                raise ValueError(f"it decodes to {size} bytes; expected {full.nbytes}")
+            self._check(data, full.nbytes)
             self.codec.decode(data, out=full)
         except (RuntimeError, ValueError, TypeError) as e:
-            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise DamagedError(f"array {_name(self.path)!r} chunk {'.'.join(map(str, key))} "
-                               f"cannot be read: {msg}; run 'subzero verify' on this run"
-                               ) from None
+            raise self._damaged(key, e) from None
         finally:
             if data is not None:
                 data.close()
-        return full[tuple(slice(0, n) for n in self.box(key).shape)]
+        return full[self.cut(key)]
+
+    def part(self, key: tuple[int, ...]) -> "PartChunk":
+        """Chunk ``key`` to decode block by block, as its cells are asked for."""
+        return PartChunk(self, key)
+
+    def cut(self, key: tuple[int, ...]) -> tuple[slice, ...]:
+        """The cells of a whole chunk ``key`` that lie inside the array."""
+        return tuple(slice(0, n) for n in self.box(key).shape)
+
+    def _map(self, key: tuple[int, ...]) -> Any:
+        """Chunk file ``key`` memory-mapped (None: an empty file; missing: DamagedError)."""
+        try:
+            with open(self.file(key), "rb") as fh:
+                return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        except FileNotFoundError:
+            raise _missing(self.path, key) from None
+        except ValueError:  # an empty file cannot be mapped
+            return None
+
+    @staticmethod
+    def _check(data: Any, nbytes: int) -> None:
+        """Refuse a file whose Blosc header does not give a chunk of ``nbytes`` bytes."""
+        size, _, encoded = _blosc_sizes(data) if data else (-1, -1, -1)
+        if size != nbytes or encoded != len(data):
+            raise ValueError(f"it decodes to {size} bytes; expected {nbytes}")
+
+    def _damaged(self, key: tuple[int, ...], e: BaseException) -> DamagedError:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return DamagedError(f"array {_name(self.path)!r} chunk {'.'.join(map(str, key))} "
+                            f"cannot be read: {msg}; run 'subzero verify' on this run")
 
     def codec_at(self, level: int) -> Any:
         """The array's Blosc compressor and shuffle at compression ``level`` (0: stored
@@ -418,13 +583,17 @@ class ChunkFiles:
         return None
 
     def write(self, key: tuple[int, ...], block: np.ndarray, level: int | None = None,
-              base: Path | None = None, span: tuple[int, int] | None = None) -> None:
+              base: Path | None = None, span: tuple[int, int] | None = None,
+              whole: Any = None) -> None:
         """Write chunk ``key`` whole (``block``: its cells inside the array): the bytes zarr
         writes, or compressed at ``level`` (:meth:`codec_at`; a replay writes at 1, or 0
         where Blosc barely shrinks the chunk: 2.5x and 6x quicker to encode an LSST image
         chunk than zarr's level 5). With ``base`` (a chunk file) and ``span`` (the items,
         in C order within the chunk, where ``block`` may differ from it): ``base``'s
-        Blosc blocks, those holding the span compressed again (:meth:`_spliced`)."""
+        Blosc blocks, those holding the span compressed again (:meth:`_spliced`).
+        ``whole``: where ``block`` holds only the span's blocks' cells (a
+        :class:`PartChunk`'s), a function giving it whole, called before it is written
+        other than spliced."""
         box = self.box(key)
         block = np.asarray(block)
         if block.shape != box.shape:
@@ -439,6 +608,8 @@ class ChunkFiles:
                 frame = None
             if frame is not None:
                 parts = self._spliced(frame, block, span)
+        if parts is None and whole is not None:
+            block = whole()
         if parts is None and level == 0:
             parts = self._raw_parts(block)
         if parts is None:

@@ -3,7 +3,7 @@ only what the change reaches, written as a new run derived from the original.
 
 :func:`replay_run` changes chosen cells of one array of a complete run (an input or an
 intermediate), then walks the operators downstream in run order. For each one whose inputs
-changed it asks ``reach(op, i, changed_mask)`` which output cells the changed cells of
+changed it asks ``reach(op, i, changed_mask, n)`` which output cells the changed cells of
 input ``i`` reach (the caller answers with the run's own lineage, :mod:`subzero.query`),
 recomputes only the tiles holding those cells with the run's tasks
 (:func:`subzero.engine.tasks.run_task`, capturing lineage with the operator's strategies),
@@ -56,9 +56,10 @@ from subzero.engine.tasks import (make_jobs, raise_task_error, run_jobs, run_tas
 from subzero.errors import ReplayError, StoreError
 from subzero.modes import Strategy, capture_modes
 
-#: ``reach(op, i, changed)``: the output cells of ``op`` that the cells ``changed`` (a bool
-#: mask of input ``i``) reach, as a bool mask of the output (forward lineage, one step)
-Reach = Callable[[str, int, np.ndarray], np.ndarray]
+#: ``reach(op, i, changed, n)``: the output cells of ``op`` that the ``n`` cells ``changed``
+#: (a bool mask of input ``i``) reach, as a bool mask of the output (forward lineage, one
+#: step)
+Reach = Callable[[str, int, np.ndarray, int], np.ndarray]
 
 #: an operator whose recomputed cells exceed this runs its tiles as a Spark job (when a
 #: session is given); smaller ones run here (a Spark job costs ~0.1 s before any work)
@@ -360,19 +361,34 @@ def _copy_chunks(src: Path, dst: Path, keys: Sequence[Key]) -> None:
         _link(os.path.join(src_c, *rel), os.path.join(folder, rel[-1]))
 
 
-def _assemble(files: arrays.ChunkFiles, box: Box, chunk: Callable[[Key], np.ndarray]
-              ) -> np.ndarray:
-    """The cells of ``box`` from the chunks ``chunk(key)`` (a view when one chunk holds
-    them: never written to)."""
+def _assemble(files: arrays.ChunkFiles, box: Box,
+              chunk: Callable[[Key, tuple[int, int]], np.ndarray]) -> np.ndarray:
+    """The cells of ``box`` from the chunks ``chunk(key, span)`` (``span``: the items, C
+    order within the chunk, that ``box`` needs of it); a view when one chunk holds them
+    (never written to)."""
     keys = files.keys(box)
     if len(keys) == 1:
-        return chunk(keys[0])[box.relative_to(files.box(keys[0]))]
+        cb = files.box(keys[0])
+        return chunk(keys[0], _span(box, cb, files.chunks))[box.relative_to(cb)]
     out = np.empty(box.shape, dtype=files.dtype)
     for k in keys:
         cb = files.box(k)
         inter = cb.intersect(box)
-        out[inter.relative_to(box)] = chunk(k)[inter.relative_to(cb)]
+        out[inter.relative_to(box)] = chunk(k, _span(inter, cb, files.chunks))[
+            inter.relative_to(cb)]
     return out
+
+
+def _values(entry: Any, span: tuple[int, int] | None = None) -> np.ndarray:
+    """A held chunk's cells (``span``: the items needed; None: all)."""
+    return entry.get(span) if isinstance(entry, arrays.PartChunk) else entry
+
+
+def _read_part(files: arrays.ChunkFiles, key: Key, span: tuple[int, int]
+               ) -> arrays.PartChunk:
+    part = files.part(key)
+    part.get(span)
+    return part
 
 
 @dataclass
@@ -397,9 +413,6 @@ class _Derived:
     shard_writes: list[tuple[str, Future]] = field(default_factory=list)
     present: set[str] = field(default_factory=set)  # arrays the derived run holds
     written: set[str] = field(default_factory=set)  # arrays it holds its own copy of
-    resolved: dict[str, Path] = field(default_factory=dict)  # see parent_dir
-    #: the parent's chunk files per array (None: read through zarr)
-    old_files: dict[str, arrays.ChunkFiles | None] = field(default_factory=dict)
     #: the derived run's chunk files of the arrays it rewrites chunk by chunk
     fast: dict[str, arrays.ChunkFiles] = field(default_factory=dict)
     own: dict[str, set[Key]] = field(default_factory=dict)  # chunks rewritten, per array
@@ -407,9 +420,10 @@ class _Derived:
     #: per rewritten chunk patched from the parent's, the items (C order within the chunk)
     #: that may differ from the parent's file: where its Blosc blocks are compressed again
     spans: dict[tuple[str, Key], tuple[int, int]] = field(default_factory=dict)
-    #: decoded chunks: the parent's (or the future decoding one), and the rewritten ones
+    #: decoded chunks: the parent's (or the future decoding one), and the rewritten ones;
+    #: each an array, or a :class:`arrays.PartChunk` decoding blocks as they are read
     old_chunks: dict[tuple[str, Key], Any] = field(default_factory=dict)
-    new_chunks: dict[tuple[str, Key], np.ndarray] = field(default_factory=dict)
+    new_chunks: dict[tuple[str, Key], Any] = field(default_factory=dict)
     held: int = 0  # bytes of the chunks held in ``old_chunks`` and ``new_chunks``
     chunk_writes: dict[tuple[str, Key], Future] = field(default_factory=dict)
     #: zarr block writes still in flight, per array (arrays zarr writes)
@@ -427,10 +441,11 @@ class _Derived:
 
     def parent_dir(self, name: str) -> Path:
         """The directory holding the parent's array ``name`` (its links resolved)."""
-        got = self.resolved.get(name)
+        memo = self.parent.memo
+        got = memo.get(("dir", name))
         if got is None:
             path = self.parent_path(name)  # a derived parent's unchanged arrays are links
-            got = self.resolved[name] = path.resolve() if path.is_symlink() else path
+            got = memo["dir", name] = path.resolve() if path.is_symlink() else path
         return got
 
     def link(self, name: str) -> None:
@@ -446,16 +461,21 @@ class _Derived:
 
     # -- the parent's chunks ----------------------------------------------------------------
     def parent_files(self, name: str) -> arrays.ChunkFiles | None:
-        if name not in self.old_files:
-            self.old_files[name] = arrays.ChunkFiles.open(self.parent_dir(name))
-        return self.old_files[name]
+        """The parent's chunk files of ``name`` (None: read through zarr), worked out once
+        per loaded parent (its arrays never change)."""
+        memo = self.parent.memo
+        if ("files", name) not in memo:
+            memo["files", name] = arrays.ChunkFiles.open(self.parent_dir(name))
+        return memo["files", name]
 
     def _nbytes(self, files: arrays.ChunkFiles, key: Key) -> int:
         return files.box(key).size * files.dtype.itemsize
 
-    def prefetch(self, name: str, keys: Sequence[Key], step: int = -1) -> None:
+    def prefetch(self, name: str, keys: Sequence[Key], step: int = -1, box: Box | None = None
+                 ) -> None:
         """Start decoding the parent's chunks ``keys`` of ``name`` in the background, for
-        the operator ``step`` of the run order (-1: now)."""
+        the operator ``step`` of the run order (-1: now): whole, or (``box``) the blocks
+        holding ``box``'s cells (the rest when they are read)."""
         files = self.parent_files(name)
         if files is None:
             return
@@ -463,7 +483,13 @@ class _Derived:
             n = self._nbytes(files, k)
             if (name, k) not in self.old_chunks and self.held + n <= CACHE_BYTES:
                 self.held += n
-                self.old_chunks[(name, k)] = self.pool.submit((READ, step), files.read, k)
+                if box is None:
+                    self.old_chunks[(name, k)] = self.pool.submit((READ, step), files.read, k)
+                else:
+                    cb = files.box(k)
+                    self.old_chunks[(name, k)] = self.pool.submit(
+                        (READ, step), _read_part, files, k,
+                        _span(cb.intersect(box), cb, files.chunks))
 
     def prefetch_all(self, start: str, box: Box | None, needed: set[str]) -> None:
         """Start decoding, in run order, the parent's chunks the replay will likely read:
@@ -471,11 +497,16 @@ class _Derived:
         that the replay does not change. Which chunks follows :func:`_foreseen`: those
         under ``box`` (the changed cells of ``start``) for an operator the change reaches
         there, every chunk for one it reaches whole (through a global operator), none for
-        one it may not reach at all (they are read when, and if, it does)."""
+        one it may not reach at all (they are read when, and if, it does). Near the box,
+        only the Blosc blocks holding it are decoded, unless an operator reached whole
+        reads the array (then all of them, here rather than when it is read)."""
         wf = self.parent.workflow
         seen = {start}
         steps = {name: i for i, name in enumerate(wf.order)}
-        for name, whole in _foreseen(wf, start, needed).items():
+        foreseen = _foreseen(wf, start, needed)
+        read_whole = {src for name, whole in foreseen.items() if whole
+                      for src in wf.nodes[name].inputs}
+        for name, whole in foreseen.items():
             for src in (*wf.nodes[name].inputs, name):
                 if src in seen or (src in needed and src != name):
                     continue
@@ -486,9 +517,13 @@ class _Derived:
                 if whole:
                     self.prefetch(src, files.keys(), steps[name])
                 elif box is not None and files.shape == wf.array_shape(start):
-                    self.prefetch(src, files.keys(box), steps[name])
+                    self.prefetch(src, files.keys(box), steps[name],
+                                  None if src in read_whole else box)
 
-    def old_chunk(self, name: str, key: Key) -> np.ndarray:
+    def old_entry(self, name: str, key: Key, span: tuple[int, int] | None = None) -> Any:
+        """The parent's chunk ``key`` of ``name`` as held (an array or a
+        :class:`arrays.PartChunk`), with at least the items ``span`` decoded (None: all;
+        a chunk first read for a span is decoded block by block)."""
         got = self.old_chunks.get((name, key))
         if isinstance(got, Future):
             if got.cancel():  # not started (the I/O threads are busy): decode it here
@@ -502,26 +537,33 @@ class _Derived:
         if got is None:
             files = self.parent_files(name)
             assert files is not None
-            got = files.read(key)
+            got = files.read(key) if span is None else files.part(key)
             if self.held + got.nbytes <= CACHE_BYTES:
                 self.held += got.nbytes
                 self.old_chunks[(name, key)] = got
+        _values(got, span)
         return got
+
+    def old_chunk(self, name: str, key: Key, span: tuple[int, int] | None = None
+                  ) -> np.ndarray:
+        """The parent's chunk ``key`` of ``name`` (``span``: the items needed)."""
+        return _values(self.old_entry(name, key, span), span)
 
     def old_box(self, name: str, box: Box) -> np.ndarray:
         """The parent's values of ``name`` in ``box``."""
         files = self.parent_files(name)
         if files is None:
             return arrays.read_box(self.parent_path(name), box)
-        return _assemble(files, box, lambda k: self.old_chunk(name, k))
+        return _assemble(files, box, lambda k, sp: self.old_chunk(name, k, sp))
 
     # -- the derived run's values -----------------------------------------------------------
-    def new_chunk(self, name: str, key: Key) -> np.ndarray:
+    def new_chunk(self, name: str, key: Key, span: tuple[int, int] | None = None
+                  ) -> np.ndarray:
         got = self.new_chunks.get((name, key))
         if got is not None:
-            return got
+            return _values(got, span)
         if key not in self.own.get(name, ()):
-            return self.old_chunk(name, key)  # not rewritten: the parent's (linked) file
+            return self.old_chunk(name, key, span)  # not rewritten: the parent's file
         write = self.chunk_writes.get((name, key))
         if write is not None:
             write.result()
@@ -535,7 +577,7 @@ class _Derived:
         if files is None:
             self.wait(name)
             return arrays.read_box(self.path(name), box)
-        return _assemble(files, box, lambda k: self.new_chunk(name, k))
+        return _assemble(files, box, lambda k, sp: self.new_chunk(name, k, sp))
 
     def copy(self, name: str, whole: bool, rewrite: set[Key] | None) -> None:
         """The derived run's own copy of array ``name`` to rewrite tiles of. Chunk by chunk
@@ -571,27 +613,32 @@ class _Derived:
             self.writes.setdefault(name, []).append(
                 self.pool.submit((WRITE, 0), arrays.write_block, self.path(name), box, block))
             return None
-        changed = np.zeros(box.shape, dtype=bool)
-        for k in files.keys(box):
+        keys = files.keys(box)
+        # a block that is one chunk: its comparison is the answer (no copy into a mask)
+        changed = None if len(keys) == 1 else np.zeros(box.shape, dtype=bool)
+        for k in keys:
             cb = files.box(k)
             inter = cb.intersect(box)
             here, there = inter.relative_to(cb), inter.relative_to(box)
             new = np.asarray(block[there], dtype=files.dtype)
-            chunk = self.new_chunks.get((name, k))
-            if chunk is None:
-                old = self.old_chunk(name, k)
-                changed[there] = differs(old[here], new)
+            span = _span(inter, cb, files.chunks)
+            entry = self.new_chunks.get((name, k))
+            if entry is None:
+                old = self.old_entry(name, k, span)
+                diff = differs(_values(old, span)[here], new)
                 if cb == box:  # the block is the whole chunk (no other tile touches it)
-                    chunk = np.ascontiguousarray(block, dtype=files.dtype)
+                    entry = np.ascontiguousarray(block, dtype=files.dtype)
                 else:  # the parent's chunk, patched: its decoded copy if this replay owns it
-                    chunk = self._take(name, k, old)
-                    self.spans[(name, k)] = _span(inter, cb, files.chunks)
-                self.held += chunk.nbytes
-                self.new_chunks[(name, k)] = chunk
+                    entry = self._take(name, k, old)
+                    self.spans[(name, k)] = span
+                self.held += entry.nbytes
+                self.new_chunks[(name, k)] = entry
+                chunk = _values(entry, span)
             else:  # cells no other tile patched still hold the parent's values
-                changed[there] = differs(chunk[here], new)
+                chunk = _values(entry, span)
+                diff = differs(chunk[here], new)
                 if (name, k) in self.spans:
-                    a, z = _span(inter, cb, files.chunks)
+                    a, z = span
                     lo, hi = self.spans[(name, k)]
                     self.spans[(name, k)] = (min(a, lo), max(z, hi))
             if cb != box:
@@ -600,20 +647,28 @@ class _Derived:
                 chunk[here] = new
             self.own[name].add(k)
             self.dirty.setdefault(name, set()).add(k)
+            if changed is None:
+                changed = diff.reshape(box.shape)
+            else:
+                changed[there] = diff
         return changed
 
-    def _take(self, name: str, key: Key, old: np.ndarray) -> np.ndarray:
-        """The parent's chunk ``key`` of ``name`` (``old``) to patch in place: the decoded
-        copy itself, taken out of the cache (nothing reads the parent's values of a chunk
-        once it is rewritten), or a copy where it is not this replay's to change."""
+    def _take(self, name: str, key: Key, old: Any) -> Any:
+        """The parent's chunk ``key`` of ``name`` (``old``, as :meth:`old_entry` holds it)
+        to patch in place: the decoded copy itself, taken out of the cache (nothing reads
+        the parent's values of a chunk once it is rewritten), or a copy where it is not
+        this replay's to change. A chunk decoded block by block stays so: its other blocks
+        still hold the parent's values, decoded when read."""
         cached = self.old_chunks.get((name, key))
-        if cached is old and old.flags.writeable:
+        part = isinstance(old, arrays.PartChunk)
+        if cached is old and (part or old.flags.writeable):
             del self.old_chunks[(name, key)]
             self.held -= old.nbytes
             return old
-        if cached is None and old.flags.writeable:
+        if cached is None and (part or old.flags.writeable):
             return old  # decoded for this call alone (the cache was full)
-        return np.array(old, dtype=old.dtype)
+        values = _values(old)
+        return np.array(values, dtype=values.dtype)
 
     def flush(self, name: str, changed: np.ndarray | None = None) -> None:
         """Write the chunks of ``name`` rewritten since the last flush (in the background);
@@ -634,9 +689,12 @@ class _Derived:
                 continue
             span = self.spans.pop((name, k), None)
             parent = self.parent_files(name) if span is not None else None
+            entry = self.new_chunks[(name, k)]
+            part = isinstance(entry, arrays.PartChunk)
             self.chunk_writes[(name, k)] = self.pool.submit(
-                (WRITE, 0), files.write, k, self.new_chunks[(name, k)], self.level(name, k),
-                parent.file(k) if parent is not None else None, span)
+                (WRITE, 0), files.write, k, entry.array if part else entry,
+                self.level(name, k), parent.file(k) if parent is not None else None, span,
+                entry.get if part else None)
 
     def level(self, name: str, key: Key) -> int:
         """The Blosc level chunk ``key`` of ``name`` is rewritten at: 1, or 0 (stored raw)
@@ -689,9 +747,11 @@ def _set_cells(d: _Derived, name: str, mask: np.ndarray, values: np.ndarray) -> 
     return changed
 
 
-def _tiles(op: Any, chunks: Sequence[int], reach: np.ndarray, by_chunk: bool
+def _tiles(op: Any, chunks: Sequence[int], reach: np.ndarray | None, by_chunk: bool
            ) -> list[tuple[tuple[int, ...], Box]]:
-    """The output tiles to recompute for the reached cells ``reach``."""
+    """The output tiles to recompute for the reached cells ``reach`` (None: every cell)."""
+    if reach is None:
+        return list(task_grid(op, chunks))
     out = []
     for idx, box in task_grid(op, chunks):
         if by_chunk:
@@ -704,10 +764,11 @@ def _tiles(op: Any, chunks: Sequence[int], reach: np.ndarray, by_chunk: bool
     return out
 
 
-def _recompute(d: _Derived, name: str, reach: np.ndarray, spark: Any, where: str
+def _recompute(d: _Derived, name: str, reach: np.ndarray | None, spark: Any, where: str
                ) -> tuple[ArrayReplay, np.ndarray]:
-    """Recompute the tiles of operator ``name`` holding the cells ``reach`` into the
-    derived run (lineage captured with the operator's strategies); the cells that changed."""
+    """Recompute the tiles of operator ``name`` holding the cells ``reach`` (None: every
+    cell) into the derived run (lineage captured with the operator's strategies); the cells
+    that changed."""
     t0 = time.perf_counter()
     run, wf = d.parent, d.parent.workflow
     op, node = wf.ops[name], wf.nodes[name]
@@ -763,9 +824,10 @@ def _recompute(d: _Derived, name: str, reach: np.ndarray, spark: Any, where: str
     d.recomputed[name] = {chunk_key(idx) for idx, _ in tiles} if stored else set()
     # the reached and changed cells all lie in the tiles (disjoint): count there
     n_changed = sum(int(np.count_nonzero(changed[b.slices])) for _, b in tiles)
-    return ArrayReplay(name, tuple(op.out_shape),
-                       sum(int(np.count_nonzero(reach[b.slices])) for _, b in tiles),
-                       n_changed, len(tiles), len(grid), cells, time.perf_counter() - t0,
+    reached = cells if reach is None else sum(int(np.count_nonzero(reach[b.slices]))
+                                              for _, b in tiles)
+    return ArrayReplay(name, tuple(op.out_shape), reached, n_changed, len(tiles), len(grid),
+                       cells, time.perf_counter() - t0,
                        _few(changed, n_changed)), changed
 
 
@@ -981,14 +1043,13 @@ def _replay(d: _Derived, res: ReplayResult, array: str, mask: np.ndarray, values
             res.not_replayed.append(name)
             continue
         op = wf.ops[name]
-        if any(count[s] == changed[s].size for _, s in hit):
-            got = np.ones(op.out_shape, dtype=bool)  # a superset; the diff narrows it
-        else:
+        got: np.ndarray | None = None  # every cell: a superset; the diff narrows it
+        if not any(count[s] == changed[s].size for _, s in hit):
             got = np.zeros(op.out_shape, dtype=bool)
             for i, s in hit:
-                got |= np.asarray(reach(name, i, changed[s]), dtype=bool)
-        if not got.any():
-            continue
+                got |= np.asarray(reach(name, i, changed[s], count[s]), dtype=bool)
+            if not got.any():
+                continue
         one, changed[name] = _recompute(d, name, got, spark, where)
         count[name] = one.changed
         res.arrays.append(one)

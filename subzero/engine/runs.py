@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,10 @@ class LoadedRun:
     operators: dict[str, dict[str, Any]]
     #: how the run was asked for (``latest``, ``latest:astronomy``, ``r3``)
     requested: str | None = None
+    #: what readers worked out once about this run's arrays, which never change once the
+    #: run is complete (a replay's: each array's directory, links resolved, and its
+    #: :class:`~subzero.engine.arrays.ChunkFiles`), by (kind, array)
+    memo: dict[tuple[str, str], Any] = field(default_factory=dict, repr=False, compare=False)
 
     def array_path(self, name: str) -> Path:
         if name not in self.arrays:
