@@ -30,7 +30,7 @@ from subzero.engine.spark import active_session, get_spark
 from subzero.errors import StoreError, SubZeroError
 from subzero.lineagecheck import LineageCheck, check_operator
 from subzero.testing import bind
-from subzero.frontier import start_frontier
+from subzero.frontier import Frontier, start_frontier
 from subzero.query import LineageResult, QueryExecutor
 from subzero.query.named import choose_all, start_cells
 from subzero.workflow import Workflow
@@ -212,8 +212,8 @@ class Run:
                              values=None if values is None else np.asarray(values), nan=nan)
         qx = QueryExecutor(self.loaded, log=False)  # a replay is not part of the workload
 
-        def reach(op: str, i: int, changed: np.ndarray, n: int) -> np.ndarray:
-            return qx.step(op, i, "forward", changed, n_in=n)[0]
+        def reach(op: str, i: int, changed: Frontier) -> Frontier:
+            return qx.reach(op, i, "forward", changed)
 
         if quiet is None:
             quiet = os.environ.get("SUBZERO_QUIET", "0") not in ("", "0")

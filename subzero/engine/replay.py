@@ -3,7 +3,7 @@ only what the change reaches, written as a new run derived from the original.
 
 :func:`replay_run` changes chosen cells of one array of a complete run (an input or an
 intermediate), then walks the operators downstream in run order. For each one whose inputs
-changed it asks ``reach(op, i, changed_mask, n)`` which output cells the changed cells of
+changed it asks ``reach(op, i, changed)`` which output cells the changed cells of
 input ``i`` reach (the caller answers with the run's own lineage, :mod:`subzero.query`),
 recomputes only the tiles holding those cells with the run's tasks
 (:func:`subzero.engine.tasks.run_task`, capturing lineage with the operator's strategies),
@@ -45,7 +45,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from encoders.store import remove_unpublished
-from subzero.cells import Box
+from subzero.cells import Box, to_coords
 from subzero.chunking import chunk_key, task_grid
 from subzero.engine import arrays, layout
 from subzero.engine.catalog import Catalog, shard_row
@@ -54,12 +54,13 @@ from subzero.engine.runs import LoadedRun
 from subzero.engine.tasks import (make_jobs, raise_task_error, run_jobs, run_task,
                                   store_shards)
 from subzero.errors import ReplayError, StoreError
+from subzero.frontier import Frontier, is_dense
 from subzero.modes import Strategy, capture_modes
 
-#: ``reach(op, i, changed, n)``: the output cells of ``op`` that the ``n`` cells ``changed``
-#: (a bool mask of input ``i``) reach, as a bool mask of the output (forward lineage, one
-#: step)
-Reach = Callable[[str, int, np.ndarray, int], np.ndarray]
+#: ``reach(op, i, changed)``: the output cells of ``op`` that the cells ``changed`` of input
+#: ``i`` reach (forward lineage, one step), both :class:`~subzero.frontier.Frontier`: a few
+#: cells stay a few indices, and cost in proportion to them rather than to the array
+Reach = Callable[[str, int, Frontier], Frontier]
 
 #: an operator whose recomputed cells exceed this runs its tiles as a Spark job (when a
 #: session is given); smaller ones run here (a Spark job costs ~0.1 s before any work)
@@ -246,6 +247,30 @@ def _bbox(mask: np.ndarray, within: Box) -> Box | None:
         lo.append(within.lo[ax] + int(idx[0]))
         hi.append(within.lo[ax] + int(idx[-1]) + 1)
     return Box(tuple(lo), tuple(hi))
+
+
+def _changes(shape: Sequence[int], parts: Sequence[tuple[Box, np.ndarray]]) -> Frontier:
+    """The changed cells of an array, from the comparison ``diff`` of each recomputed
+    ``box`` (disjoint): their indices when few, else a mask.
+
+    >>> f = _changes((4, 5), [(Box((1, 1), (3, 3)), np.array([[0, 1], [0, 0]], bool))])
+    >>> f.n, f.lin.tolist()
+    (1, [7])
+    """
+    shape = tuple(shape)
+    counts = [int(np.count_nonzero(diff)) for _, diff in parts]
+    n, size = sum(counts), _cells(shape)
+    if n == size:
+        return Frontier.everything(shape)
+    if not is_dense(n, size):
+        lins = [np.ravel_multi_index(tuple(c + lo for c, lo in zip(np.nonzero(diff), box.lo)),
+                                     shape) for (box, diff), k in zip(parts, counts) if k]
+        lin = np.sort(np.concatenate(lins)) if lins else np.empty(0, dtype=np.int64)
+        return Frontier(shape, lin=lin.astype(np.uint64))
+    mask = np.zeros(shape, dtype=bool)
+    for box, diff in parts:
+        mask[box.slices] = diff
+    return Frontier(shape, mask=mask, n=n)
 
 
 # -- the derived run ------------------------------------------------------------------------
@@ -670,14 +695,13 @@ class _Derived:
         values = _values(old)
         return np.array(values, dtype=values.dtype)
 
-    def flush(self, name: str, changed: np.ndarray | None = None) -> None:
+    def flush(self, name: str, changed: Frontier | None = None) -> None:
         """Write the chunks of ``name`` rewritten since the last flush (in the background);
-        a chunk none of whose cells ``changed`` (a mask of the array) is the parent's
-        file, linked."""
+        a chunk none of whose cells ``changed`` is the parent's file, linked."""
         files = self.fast.get(name)
         for k in sorted(self.dirty.pop(name, ())):
             assert files is not None
-            if changed is not None and not changed[files.box(k).slices].any():
+            if changed is not None and not changed.meets(files.box(k)):
                 parent = self.parent_files(name)
                 assert parent is not None
                 target = files.file(k)
@@ -728,44 +752,55 @@ class _Derived:
             self.chunk_writes.pop(nk).result()
 
 
-def _set_cells(d: _Derived, name: str, mask: np.ndarray, values: np.ndarray) -> np.ndarray:
+def _set_cells(d: _Derived, name: str, mask: np.ndarray, values: np.ndarray) -> Frontier:
     """Write ``values`` into the cells ``mask`` of the derived run's copy of ``name``;
-    returns the mask of cells whose value changed."""
+    returns the cells whose value changed."""
     box = _bbox(mask, Box.full(mask.shape))
-    changed = np.zeros(mask.shape, dtype=bool)
     files = d.parent_files(name)
     d.copy(name, whole=False,
            rewrite=None if files is None else set(files.keys(box) if box else []))
     if box is None:
-        return changed
+        return _changes(mask.shape, [])
     old = d.old_box(name, box)
     new = np.array(old)
     new[mask[box.slices]] = values
     diff = d.store(name, box, new)  # may patch the chunk ``old`` is a view of
-    changed[box.slices] = differs(old, new) if diff is None else diff
+    changed = _changes(mask.shape, [(box, differs(old, new) if diff is None else diff)])
     d.flush(name, changed)
     return changed
 
 
-def _tiles(op: Any, chunks: Sequence[int], reach: np.ndarray | None, by_chunk: bool
+def _tiles(op: Any, chunks: Sequence[int], reach: Frontier | None, by_chunk: bool
            ) -> list[tuple[tuple[int, ...], Box]]:
-    """The output tiles to recompute for the reached cells ``reach`` (None: every cell)."""
+    """The output tiles to recompute for the reached cells ``reach`` (None: every cell):
+    the task chunks holding some (``by_chunk``), else in each the bounding box of those."""
+    grid = list(task_grid(op, chunks))
     if reach is None:
-        return list(task_grid(op, chunks))
+        return grid
     out = []
-    for idx, box in task_grid(op, chunks):
+    if reach.sparse:  # a few cells: their coordinates, not the mask
+        coords = to_coords(reach.lin, reach.shape)
+        for idx, box in grid:
+            here = coords[((coords >= box.lo) & (coords < box.hi)).all(axis=1)]
+            if len(here):
+                out.append((idx, box if by_chunk else
+                            Box(tuple(here.min(axis=0).tolist()),
+                                tuple((here.max(axis=0) + 1).tolist()))))
+        return out
+    mask = reach.mask
+    for idx, box in grid:
         if by_chunk:
-            if reach[box.slices].any():
+            if mask[box.slices].any():
                 out.append((idx, box))
         else:
-            b = _bbox(reach, box)
+            b = _bbox(mask, box)
             if b is not None:
                 out.append((idx, b))
     return out
 
 
-def _recompute(d: _Derived, name: str, reach: np.ndarray | None, spark: Any, where: str
-               ) -> tuple[ArrayReplay, np.ndarray]:
+def _recompute(d: _Derived, name: str, reach: Frontier | None, spark: Any, where: str
+               ) -> tuple[ArrayReplay, Frontier]:
     """Recompute the tiles of operator ``name`` holding the cells ``reach`` (None: every
     cell) into the derived run (lineage captured with the operator's strategies); the cells
     that changed."""
@@ -791,7 +826,7 @@ def _recompute(d: _Derived, name: str, reach: np.ndarray | None, spark: Any, whe
     jobs = make_jobs(d.home, d.rid, op, [d.path(s) for s in node.inputs],
                      d.path(name) if use_spark else None, tiles, stored,
                      capture_modes(strategies))
-    changed = np.zeros(op.out_shape, dtype=bool)
+    parts: list[tuple[Box, np.ndarray]] = []  # each recomputed box, and which cells differ
     if use_spark:
         d.wait()
         results = run_jobs(jobs, spark, f"{d.rid}: replay {name}")
@@ -806,11 +841,12 @@ def _recompute(d: _Derived, name: str, reach: np.ndarray | None, spark: Any, whe
             if diff is None:
                 blocks.append((box, block))
             else:  # compared as it was stored
-                changed[box.slices] = diff
+                parts.append((box, diff))
     for box, new in blocks:
         old = d.old_box(name, box)
-        changed[box.slices] = differs(old, np.asarray(new, dtype=old.dtype)
-                                      if old.dtype.kind not in "UOT" else new)
+        parts.append((box, differs(old, np.asarray(new, dtype=old.dtype)
+                                   if old.dtype.kind not in "UOT" else new)))
+    changed = _changes(op.out_shape, parts)
     d.flush(name, changed)
     if use_spark:  # a retried task may have left a shard it did not publish
         for s in stored:
@@ -822,13 +858,10 @@ def _recompute(d: _Derived, name: str, reach: np.ndarray | None, spark: Any, whe
             d.shard_rows.extend(shard_row(name, s, d.home) for s in res["shards"]
                                 if s.get("path"))
     d.recomputed[name] = {chunk_key(idx) for idx, _ in tiles} if stored else set()
-    # the reached and changed cells all lie in the tiles (disjoint): count there
-    n_changed = sum(int(np.count_nonzero(changed[b.slices])) for _, b in tiles)
-    reached = cells if reach is None else sum(int(np.count_nonzero(reach[b.slices]))
-                                              for _, b in tiles)
-    return ArrayReplay(name, tuple(op.out_shape), reached, n_changed, len(tiles), len(grid),
-                       cells, time.perf_counter() - t0,
-                       _few(changed, n_changed)), changed
+    # the tiles hold every reached cell
+    return ArrayReplay(name, tuple(op.out_shape), cells if reach is None else reach.n,
+                       changed.n, len(tiles), len(grid), cells, time.perf_counter() - t0,
+                       _few(changed)), changed
 
 
 def _run_here(d: _Derived, op: Any, inputs: Sequence[str], jobs: Sequence[Any], cells: int
@@ -863,9 +896,9 @@ def _run_here(d: _Derived, op: Any, inputs: Sequence[str], jobs: Sequence[Any], 
     return done
 
 
-def _few(mask: np.ndarray, n: int | None = None) -> list[list[int]] | None:
-    n = int(np.count_nonzero(mask)) if n is None else n
-    return np.argwhere(mask).tolist() if 0 < n <= LIST_CELLS else None
+def _few(cells: Frontier) -> list[list[int]] | None:
+    """The coordinates of ``cells`` when there are few."""
+    return to_coords(cells.lin, cells.shape).tolist() if 0 < cells.n <= LIST_CELLS else None
 
 
 def _needed(wf: Any, start: str, to: Sequence[str] | None) -> set[str]:
@@ -1025,10 +1058,9 @@ def _replay(d: _Derived, res: ReplayResult, array: str, mask: np.ndarray, values
     layout.arrays_dir(home, rid).mkdir(parents=True, exist_ok=False)
     shutil.copyfile(layout.workflow_path(home, parent.id), layout.workflow_path(home, rid))
     t0 = time.perf_counter()
-    changed = {array: _set_cells(d, array, mask, values)}
-    count = {array: int(np.count_nonzero(changed[array]))}  # changed cells, per array
-    res.arrays.append(ArrayReplay(array, mask.shape, n, count[array], 0, 0, 0,
-                                  time.perf_counter() - t0, _few(changed[array], count[array])))
+    changed = {array: _set_cells(d, array, mask, values)}  # the cells that changed, per array
+    res.arrays.append(ArrayReplay(array, mask.shape, n, changed[array].n, 0, 0, 0,
+                                  time.perf_counter() - t0, _few(changed[array])))
     last = _last_reads(wf, array, needed)
     d.prefetch_all(array, _bbox(mask, Box.full(mask.shape)), needed)
     for step, name in enumerate(wf.order):
@@ -1036,22 +1068,21 @@ def _replay(d: _Derived, res: ReplayResult, array: str, mask: np.ndarray, values
         if name == array:
             continue
         node = wf.nodes[name]
-        hit = [(i, s) for i, s in enumerate(node.inputs) if count.get(s, 0) > 0]
+        hit = [(i, s) for i, s in enumerate(node.inputs) if s in changed and changed[s].n]
         if not hit:
             continue
         if name not in needed:
             res.not_replayed.append(name)
             continue
-        op = wf.ops[name]
-        got: np.ndarray | None = None  # every cell: a superset; the diff narrows it
-        if not any(count[s] == changed[s].size for _, s in hit):
-            got = np.zeros(op.out_shape, dtype=bool)
+        got: Frontier | None = None  # every cell: a superset; the diff narrows it
+        if not any(changed[s].full for _, s in hit):
             for i, s in hit:
-                got |= np.asarray(reach(name, i, changed[s], count[s]), dtype=bool)
-            if not got.any():
+                one = reach(name, i, changed[s])
+                got = one if got is None else got.union(one)
+            assert got is not None
+            if not got.n:
                 continue
         one, changed[name] = _recompute(d, name, got, spark, where)
-        count[name] = one.changed
         res.arrays.append(one)
         if notify is not None:
             notify(f"replayed {name}: {one.tiles}/{one.tiles_total} tiles, "

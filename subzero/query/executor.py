@@ -184,6 +184,12 @@ class QueryExecutor:
         got, step = self._step(op_name, i, direction == "backward", front, method)
         return got.mask, step
 
+    def reach(self, op_name: str, i: int, direction: str, f: Any, method: str = "auto"
+              ) -> Frontier:
+        """:meth:`step`'s answer as a :class:`~subzero.frontier.Frontier`, in whichever
+        form it came (a few cells stay indices: no mask of the array is built)."""
+        return self._step(op_name, i, direction == "backward", Frontier.of(f), method)[0]
+
     def _step(self, op_name: str, i: int, backward: bool, f: Frontier, method: str
               ) -> tuple[Frontier, Step]:
         t0 = time.perf_counter()
