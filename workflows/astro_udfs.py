@@ -177,10 +177,24 @@ def _reach(centres: np.ndarray, shape: Shape, radius: int) -> np.ndarray:
 
     >>> _reach(np.array([0]), (4, 4), 1).tolist()
     [0, 1, 4, 5]
+
+    Few centres set their windows' cells in a mask directly, one offset at a time (each
+    row and column clamped to the image, which stays inside the clipped box); many dilate
+    the mask of centres instead (shifts of the whole image).
     """
-    need = np.zeros(int(np.prod(shape)), dtype=bool)
-    need[np.asarray(centres, dtype=np.int64)] = True
-    return np.flatnonzero(dilate(need.reshape(shape), radius))
+    h, w = shape
+    need = np.zeros(h * w, dtype=bool)
+    centres = np.asarray(centres, dtype=np.int64)
+    if len(centres) * (2 * radius + 1) ** 2 > need.size // 4:
+        need[centres] = True
+        return np.flatnonzero(dilate(need.reshape(shape), radius))
+    cy, cx = np.divmod(centres, w)
+    cols = [np.clip(cx + d, 0, w - 1) for d in range(-radius, radius + 1)]
+    for dy in range(-radius, radius + 1):
+        row = np.clip(cy + dy, 0, h - 1) * w
+        for col in cols:
+            need[row + col] = True
+    return np.flatnonzero(need)
 
 
 #: the 3 x 3 neighbourhood (the cell itself included) as row and column offsets
@@ -315,7 +329,7 @@ def lacosmic(x: np.ndarray, gain: float = 2.2, readnoise: float = 10.0, sigclip:
     flat = x.reshape(-1)
     # where each quantity is needed: the final mask only on gated pixels; S' (and the
     # candidates) within 2 of them (two 3x3 growths); S in the 5x5 windows of those.
-    sp_at = np.flatnonzero(dilate(gated, 2))
+    sp_at = _reach(np.flatnonzero(gated), shape, 2)
     s_at = _reach(sp_at, shape, 2)
     m5 = _window_median(flat, s_at, shape, 2)
     noise = np.zeros(size)

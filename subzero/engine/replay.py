@@ -358,9 +358,19 @@ class _IOPool:
 def _span(inter: Box, chunk: Box, chunks: Sequence[int]) -> tuple[int, int]:
     """The items, in C order within a chunk of shape ``chunks`` at ``chunk``, from the
     first to the last cell of ``inter`` (every cell of ``inter`` lies between them)."""
-    first = np.ravel_multi_index(tuple(a - c for a, c in zip(inter.lo, chunk.lo)), chunks)
-    last = np.ravel_multi_index(tuple(b - 1 - c for b, c in zip(inter.hi, chunk.lo)), chunks)
-    return int(first), int(last) + 1
+    first = last = 0
+    for a, b, c, n in zip(inter.lo, inter.hi, chunk.lo, chunks):  # C order, by hand (a
+        first, last = first * n + a - c, last * n + b - 1 - c     # numpy call costs more)
+    return first, last + 1
+
+
+def _chunks_hit(cells: Frontier, chunks: Sequence[int]) -> set[Key] | None:
+    """The chunks (grid indices) holding some of ``cells`` when they are few (None
+    otherwise: ask each chunk)."""
+    if not cells.sparse:
+        return None
+    return set(map(tuple, np.unique(to_coords(cells.lin, cells.shape)
+                                    // np.asarray(chunks, dtype=np.int64), axis=0).tolist()))
 
 
 def _link(src: str, dst: str) -> None:
@@ -699,9 +709,12 @@ class _Derived:
         """Write the chunks of ``name`` rewritten since the last flush (in the background);
         a chunk none of whose cells ``changed`` is the parent's file, linked."""
         files = self.fast.get(name)
-        for k in sorted(self.dirty.pop(name, ())):
+        dirty = sorted(self.dirty.pop(name, ()))
+        hit = None if changed is None or files is None else _chunks_hit(changed, files.chunks)
+        for k in dirty:
             assert files is not None
-            if changed is not None and not changed.meets(files.box(k)):
+            if changed is not None and not (k in hit if hit is not None
+                                            else changed.meets(files.box(k))):
                 parent = self.parent_files(name)
                 assert parent is not None
                 target = files.file(k)
@@ -727,10 +740,13 @@ class _Derived:
         parent = self.parent_files(name)
         if parent is None:
             return 1
-        try:
-            size = parent.file(key).stat().st_size
-        except OSError:
-            return 1
+        memo = self.parent.memo  # the parent's files never change
+        size = memo.get(("size", name, key))
+        if size is None:
+            try:
+                size = memo["size", name, key] = parent.file(key).stat().st_size
+            except OSError:
+                return 1
         return 0 if self._nbytes(parent, key) < RAW_BELOW * size else 1
 
     def release(self, names: set[str]) -> None:
