@@ -210,7 +210,8 @@ class Run:
         mask = start_frontier(wf.array_shape(array), cells).mask
         vals = replay_values(array, dtype, int(mask.sum()), value=value,
                              values=None if values is None else np.asarray(values), nan=nan)
-        qx = QueryExecutor(self.loaded, log=False)  # a replay is not part of the workload
+        cat = Catalog(layout.catalog_path(self.home))  # one connection for all it asks
+        qx = QueryExecutor(self.loaded, catalog=cat, log=False)  # not part of the workload
 
         def reach(op: str, i: int, changed: Frontier) -> Frontier:
             return qx.reach(op, i, "forward", changed)
@@ -224,10 +225,13 @@ class Run:
         try:
             res = replay_run(self.loaded, array, mask, vals, reach, to=targets or None,
                              value_text=text, spark=spark, where=where,
-                             notify=None if quiet else say)
+                             notify=None if quiet else say, catalog=cat)
+            # the derived run's workflow is a copy of this run's
+            loaded = load_run(self.home, res.run, catalog=cat, workflow=wf)
         finally:
             qx.close()
-        out = Run(load_run(self.home, res.run), requested=res.run)
+            cat.close()
+        out = Run(loaded, requested=res.run)
         out.replayed = res
         return out
 

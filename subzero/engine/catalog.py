@@ -371,22 +371,27 @@ class Catalog:
         statistics and shards, but the ``(op, chunk)`` pairs in ``skip_shards``) to run
         ``child``, in one transaction: a derived run references the parent's shards, which
         stay where they are."""
-        arrays, operators, skip = set(arrays), set(operators), set(skip_shards)
-        keep = {"arrays": lambda r: r["name"] in arrays,
-                "operators": lambda r: r["name"] in operators,
-                "op_stats": lambda r: r["op"] in operators,
-                "statistics": lambda r: r["op"] in operators or r["op"] == "*",
-                "shards": lambda r: r["op"] in operators and (r["op"], r["chunk"]) not in skip}
+        names = sorted(set(arrays)), sorted(set(operators))
+        # each table's rows to keep, by the names they hold (INSERT ... SELECT: the rows
+        # never leave SQLite)
+        keep = {"arrays": "name IN ({a})", "operators": "name IN ({o})",
+                "op_stats": "op IN ({o})", "statistics": "(op IN ({o}) OR op = '*')",
+                "shards": "op IN ({o}) AND NOT EXISTS (SELECT 1 FROM skipped s "
+                          "WHERE s.op = shards.op AND s.chunk = shards.chunk)"}
+        marks = {"a": ", ".join("?" * len(names[0])), "o": ", ".join("?" * len(names[1]))}
         with self.tx() as db:
-            for table, want in keep.items():
+            db.execute("CREATE TEMP TABLE IF NOT EXISTS skipped (op TEXT, chunk TEXT)")
+            db.execute("DELETE FROM skipped")
+            db.executemany("INSERT INTO skipped VALUES (?, ?)", sorted(set(skip_shards)))
+            for table, where in keep.items():
                 cols = [r["name"] for r in db.execute(f"PRAGMA table_info({table})")]
-                rows = [dict(r) for r in db.execute(f"SELECT * FROM {table} WHERE run = ?",
-                                                    (parent,))]
-                db.executemany(
-                    f"INSERT INTO {table} ({', '.join(cols)}) "
-                    f"VALUES ({', '.join('?' * len(cols))})",
-                    [tuple(child if c == "run" else r[c] for c in cols)
-                     for r in rows if want(r)])
+                picked = ", ".join("?" if c == "run" else c for c in cols)
+                args = [name for key in ("a", "o") if "{%s}" % key in where
+                        for name in names["ao".index(key)]]
+                db.execute(
+                    f"INSERT INTO {table} ({', '.join(cols)}) SELECT {picked} FROM {table} "
+                    f"WHERE run = ? AND {where.format(**marks)}", [child, parent, *args])
+            db.execute("DELETE FROM skipped")
 
     def derived_runs(self, parent: str) -> list[str]:
         """The runs derived from run ``parent``, oldest first."""

@@ -373,6 +373,17 @@ def _chunks_hit(cells: Frontier, chunks: Sequence[int]) -> set[Key] | None:
                                     // np.asarray(chunks, dtype=np.int64), axis=0).tolist()))
 
 
+def _symlink(target: Path, path: Path) -> None:
+    """``path`` a symbolic link to directory ``target``, relative (a home moves whole)."""
+    os.symlink(os.path.relpath(target, path.parent), path, target_is_directory=True)
+
+
+def _link_chunk(src: Path, dst: Path) -> None:
+    """Chunk file ``dst`` the same file as ``src`` (its folder made if need be)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    _link(str(src), str(dst))
+
+
 def _link(src: str, dst: str) -> None:
     """``dst`` the same file as ``src`` (a hard link; a copy where links are refused)."""
     try:
@@ -447,6 +458,7 @@ class _Derived:
     #: shards being written in the background: (operator, the task's shard statistics)
     shard_writes: list[tuple[str, Future]] = field(default_factory=list)
     present: set[str] = field(default_factory=set)  # arrays the derived run holds
+    paths: dict[str, Path] = field(default_factory=dict)  # see path
     written: set[str] = field(default_factory=set)  # arrays it holds its own copy of
     #: the derived run's chunk files of the arrays it rewrites chunk by chunk
     fast: dict[str, arrays.ChunkFiles] = field(default_factory=dict)
@@ -469,7 +481,10 @@ class _Derived:
         max_workers=COMPUTE, thread_name_prefix="subzero-replay-tile"))
 
     def path(self, name: str) -> Path:
-        return layout.array_path(self.home, self.rid, name)
+        got = self.paths.get(name)
+        if got is None:
+            got = self.paths[name] = layout.array_path(self.home, self.rid, name)
+        return got
 
     def parent_path(self, name: str) -> Path:
         return layout.array_path(self.home, self.parent.id, name)
@@ -484,9 +499,10 @@ class _Derived:
         return got
 
     def link(self, name: str) -> None:
-        """Reference the parent's array (unchanged): a relative symbolic link."""
-        target = os.path.relpath(self.parent_dir(name), self.path(name).parent)
-        os.symlink(target, self.path(name), target_is_directory=True)
+        """Reference the parent's array (unchanged): a relative symbolic link, made by an
+        I/O thread (:meth:`wait` waits for it too)."""
+        self.writes.setdefault(name, []).append(
+            self.pool.submit((WRITE, 0), _symlink, self.parent_dir(name), self.path(name)))
         self.present.add(name)
 
     def ensure(self, name: str) -> None:
@@ -717,9 +733,8 @@ class _Derived:
                                             else changed.meets(files.box(k))):
                 parent = self.parent_files(name)
                 assert parent is not None
-                target = files.file(k)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                _link(str(parent.file(k)), str(target))
+                self.writes.setdefault(name, []).append(self.pool.submit(
+                    (WRITE, 0), _link_chunk, parent.file(k), files.file(k)))
                 self.own[name].discard(k)
                 self.held -= self.new_chunks.pop((name, k)).nbytes
                 self.spans.pop((name, k), None)
@@ -1017,13 +1032,15 @@ def check_replay(run: LoadedRun, array: str, to: Sequence[str] | None) -> None:
 def replay_run(parent: LoadedRun, array: str, mask: np.ndarray, values: np.ndarray,
                reach: Reach, to: Sequence[str] | None = None, value_text: str = "",
                spark: Any = None, where: str = "auto",
-               notify: Callable[[str], None] | None = None) -> ReplayResult:
+               notify: Callable[[str], None] | None = None,
+               catalog: Catalog | None = None) -> ReplayResult:
     """Replay ``parent`` with the cells ``mask`` of ``array`` set to ``values`` (one per
     cell, C order); returns the derived run's :class:`ReplayResult` (see the module
     docstring). ``to`` limits the replay to the operators those arrays need (the others
     the change reaches are left out of the derived run). ``where``: ``"auto"`` (Spark for
     operators with more than :data:`SPARK_CELLS` cells to recompute, when ``spark`` is
-    given), ``"driver"`` or ``"spark"``.
+    given), ``"driver"`` or ``"spark"``. ``catalog``: the home's catalog, when the caller
+    has it open (left open).
     """
     if where not in ("auto", "driver", "spark"):
         raise ReplayError(f"where={where!r}: expected 'auto', 'driver' or 'spark'")
@@ -1041,7 +1058,7 @@ def replay_run(parent: LoadedRun, array: str, mask: np.ndarray, values: np.ndarr
     derivation = {"kind": "replay", "array": array, "cells": n, "value": value_text,
                   "to": list(to or [])}
     home = parent.home
-    cat = Catalog(layout.catalog_path(home))
+    cat = catalog or Catalog(layout.catalog_path(home))
     t_start = time.perf_counter()
     rid = cat.create_derived_run(parent.id, derivation)
     d = _Derived(parent, rid, home, cat)
@@ -1062,7 +1079,8 @@ def replay_run(parent: LoadedRun, array: str, mask: np.ndarray, values: np.ndarr
     finally:
         d.compute.shutdown(wait=True)
         d.pool.shutdown(wait=True)
-        cat.close()
+        if catalog is None:
+            cat.close()
 
 
 def _replay(d: _Derived, res: ReplayResult, array: str, mask: np.ndarray, values: np.ndarray,

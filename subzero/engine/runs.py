@@ -87,7 +87,9 @@ def load_workflow(home: Path, rid: str) -> Workflow:
 
 
 def load_run(home: str | os.PathLike | None, rid: str, catalog: Catalog | None = None,
-             require_complete: bool = True) -> LoadedRun:
+             require_complete: bool = True, workflow: Workflow | None = None) -> LoadedRun:
+    """Run ``rid`` of ``home`` as queries see it (``workflow``: its bound workflow, when
+    the caller holds an equal one: a derived run's is a copy of its parent's)."""
     home = layout.resolve_home(home)
     if catalog is None and not layout.catalog_path(home).exists() and (
             home.is_dir() or not home.exists()):
@@ -105,7 +107,7 @@ def load_run(home: str | os.PathLike | None, rid: str, catalog: Catalog | None =
                 + (f" ({info['error']})" if info.get("error") else "")
                 + "; only complete runs can be queried"
             )
-        wf = load_workflow(home, rid)
+        wf = load_workflow(home, rid) if workflow is None else workflow
         wf.validate()
         return LoadedRun(home, rid, info, wf, cat.arrays(rid), cat.operators(rid), requested)
     finally:
