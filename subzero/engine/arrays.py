@@ -375,6 +375,8 @@ class ChunkFiles:
                  dtype: np.dtype, fill: Any, codec: Any) -> None:
         self.path, self.shape, self.chunks = Path(path), shape, chunks
         self.dtype, self.fill, self.codec = dtype, fill, codec
+        self._folders: set[Path] = set()  # chunk folders known to exist
+        self._scratch = threading.local()  # per thread: see _pair
 
     @classmethod
     def open(cls, path: Path) -> "ChunkFiles | None":
@@ -545,8 +547,8 @@ class ChunkFiles:
             raw = flat[lo:min(hi, have)]
             if hi > have:  # an edge chunk's rows beyond the array hold the fill value
                 raw = np.concatenate([raw, np.full(hi - max(lo, have), self.fill, self.dtype)])
-            data = np.concatenate([np.zeros(per, self.dtype), raw]) if short else raw
-            body = self._block_body(np.ascontiguousarray(data), flags, bsize, 2 if short else 1)
+            data = self._pair(per, raw) if short else np.ascontiguousarray(raw)
+            body = self._block_body(data, flags, bsize, 2 if short else 1)
             if body is None:
                 return None
             new[b] = body
@@ -558,6 +560,16 @@ class ChunkFiles:
         offsets = first + np.concatenate([[0], np.cumsum(sizes[:-1])])
         header = bytes(frame[:12]) + int(first + sizes.sum()).to_bytes(4, "little")
         return [header, offsets.astype("<i4").tobytes(), *bodies]
+
+    def _pair(self, per: int, last: np.ndarray) -> np.ndarray:
+        """A block of zeros (``per`` items) followed by ``last``: the two-block chunk whose
+        last block is compressed like a chunk's last, shorter one. The zeros are this
+        thread's, made once."""
+        zeros = getattr(self._scratch, "zeros", None)
+        if zeros is None or len(zeros) != per + len(last):
+            zeros = self._scratch.zeros = np.zeros(per + len(last), dtype=self.dtype)
+        zeros[per:] = last
+        return zeros
 
     def _block_body(self, data: np.ndarray, flags: int, bsize: int, count: int
                     ) -> bytes | None:
@@ -620,7 +632,9 @@ class ChunkFiles:
                 full = np.ascontiguousarray(block, dtype=self.dtype)
             parts = [(self.codec if level is None else self.codec_at(level)).encode(full)]
         f = self.file(key)
-        f.parent.mkdir(parents=True, exist_ok=True)
+        if f.parent not in self._folders:
+            f.parent.mkdir(parents=True, exist_ok=True)
+            self._folders.add(f.parent)
         tmp = f.with_name(f".{f.name}.{os.getpid()}-{threading.get_ident()}.tmp")
         try:
             with open(tmp, "wb") as out:
