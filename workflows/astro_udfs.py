@@ -165,7 +165,9 @@ def _window_median(values: np.ndarray, centres: np.ndarray, shape: Shape, radius
                 win = centres[sel, None] + offsets[None, :]
             else:
                 win, _ = _windows(centres[sel], shape, radius, "mirror")
-            out[sel] = np.partition(flat[win], mid, axis=1)[:, mid]
+            vals = flat[win]  # gathered: a copy of its own, partitioned in place
+            vals.partition(mid, axis=1)
+            out[sel] = vals[:, mid]
     return out
 
 
