@@ -515,7 +515,8 @@ def test_what_a_replay_foresees_to_read_follows_the_change_not_run_order():
 
 def test_the_replays_io_threads_read_first_in_step_order_and_the_caller_can_help():
     """Reads run before writes, an earlier step's read first; help() runs what is queued
-    in the calling thread; shutting down with cancel_futures cancels what never ran."""
+    in the calling thread, and so does a caller waiting on result(); shutting down with
+    cancel_futures cancels what never ran."""
     import threading
 
     from subzero.engine.replay import READ, WRITE, _IOPool
@@ -542,6 +543,12 @@ def test_the_replays_io_threads_read_first_in_step_order_and_the_caller_can_help
     helper.start()
     helper.join(timeout=10)
     assert got == [helper.name] and done[-1] == "helped"
+    # waiting for a result, the caller runs queued work (here the very work it waits for,
+    # and what was queued before it) while the pool's thread is held
+    queued = pool.submit((READ, 0), lambda: threading.current_thread().name)
+    awaited = pool.submit((WRITE, 0), lambda: threading.current_thread().name)
+    assert pool.result(awaited) == threading.current_thread().name
+    assert queued.result(timeout=1) == threading.current_thread().name
     pending = pool.submit((WRITE, 0), done.append, "cancelled")
     pool.shutdown(wait=False, cancel_futures=True)
     gate.set()

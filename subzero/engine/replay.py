@@ -329,15 +329,27 @@ class _IOPool:
     def help(self) -> None:
         """Run the queued work in the calling thread too, until none is left waiting (the
         computing thread, once it has nothing else to do)."""
-        while True:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                return
-            if item[2] is None:  # shut down: leave the marker to a worker
-                self._queue.put(item)
-                return
-            self._run(*item[2:])
+        while self._run_one():
+            pass
+
+    def _run_one(self) -> bool:
+        """Run the next queued piece of work in the calling thread (False: none)."""
+        try:
+            item = self._queue.get_nowait()
+        except queue.Empty:
+            return False
+        if item[2] is None:  # shut down: leave the marker to a worker
+            self._queue.put(item)
+            return False
+        self._run(*item[2:])
+        return True
+
+    def result(self, fut: Future) -> Any:
+        """``fut``'s result; while it is not done, the calling thread runs queued work
+        (the computing thread waiting for a chunk lends the I/O threads a hand)."""
+        while not fut.done() and self._run_one():
+            pass
+        return fut.result()
 
     def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
         if cancel_futures:
@@ -584,7 +596,7 @@ class _Derived:
                 self.held -= self._nbytes(files, key)
                 got = None
             else:
-                got = self.old_chunks[(name, key)] = got.result()
+                got = self.old_chunks[(name, key)] = self.pool.result(got)
         if got is None:
             files = self.parent_files(name)
             assert files is not None
@@ -617,7 +629,7 @@ class _Derived:
             return self.old_chunk(name, key, span)  # not rewritten: the parent's file
         write = self.chunk_writes.get((name, key))
         if write is not None:
-            write.result()
+            self.pool.result(write)
         return self.fast[name].read(key)
 
     def new_box(self, name: str, box: Box) -> np.ndarray:
