@@ -408,6 +408,12 @@ def label_stars(x: np.ndarray, threshold: float = 100.0) -> np.ndarray:
     >>> label_stars(x).tolist()
     [[1, 0, 0], [0, 1, 0], [0, 0, 0], [10, 10, 0]]
     """
+    return _labelled(x, threshold)[0]
+
+
+def _labelled(x: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`label_stars`'s labels, with the star pixels (linear indices, ascending) and
+    each one's label, which a caller would otherwise find again by scanning the labels."""
     x = np.asarray(x)
     bright = x > threshold
     out = np.zeros(x.shape, dtype=np.int64)
@@ -415,7 +421,7 @@ def label_stars(x: np.ndarray, threshold: float = 100.0) -> np.ndarray:
 
     lab, n = ndimage.label(bright, structure=np.ones((3,) * x.ndim, dtype=bool))
     if n == 0:
-        return out
+        return out, np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
     # the labelled pixels (a scan of the bool mask, not of the labels), ascending: so a
     # label's first hit is its smallest index
     pix = np.flatnonzero(bright)
@@ -423,8 +429,9 @@ def label_stars(x: np.ndarray, threshold: float = 100.0) -> np.ndarray:
     uniq, first = np.unique(lab_of, return_index=True)
     ids = np.zeros(n + 1, dtype=np.int64)
     ids[uniq] = pix[first] + 1
-    out.reshape(-1)[pix] = ids[lab_of]
-    return out
+    labels = ids[lab_of]
+    out.reshape(-1)[pix] = labels
+    return out, pix, labels
 
 
 # ---------------------------------------------------------------------------------------
@@ -436,7 +443,11 @@ def star_pixels(labels: np.ndarray) -> tuple[np.ndarray, Ragged]:
     """Stars of a label image: their labels (sorted) and, per star, the linear indices
     of its pixels (a :class:`Ragged`, ascending within each row)."""
     pix = np.flatnonzero(labels)
-    lab_of = labels.reshape(-1)[pix]
+    return _stars(pix, labels.reshape(-1)[pix])
+
+
+def _stars(pix: np.ndarray, lab_of: np.ndarray) -> tuple[np.ndarray, Ragged]:
+    """:func:`star_pixels` from the star pixels ``pix`` (ascending) and their labels."""
     order = np.argsort(lab_of, kind="stable")
     ids, counts = np.unique(lab_of, return_counts=True)
     return ids, Ragged.from_lengths(pix[order].astype(np.uint64), counts)
@@ -1188,14 +1199,18 @@ class StarDetect(_IdentityDefault, UDF):
         box = ctx.chunk.out_box
         if box.shape != tuple(self.out_shape):
             raise ShapeError(f"operator {self.name!r} is global; got a partial block {box}")
-        labels = self.kernel(x)
+        labels, pix, lab_of = _labelled(x, self.threshold)
         if not (ctx.composite or ctx.payload or ctx.full):
             return labels
-        _, stars = star_pixels(labels)
+        _, stars = _stars(pix, lab_of)
         if (ctx.composite or ctx.payload) and len(stars):
             ctx.lwrite_pairs(stars, payloads=encode_stars(stars, self.out_shape))
-        background = (np.flatnonzero(labels.reshape(-1) == 0).astype(np.uint64)
-                      if ctx.payload or ctx.full else np.empty(0, dtype=np.uint64))
+        if ctx.payload or ctx.full:  # every other cell (non-negative: the same bits)
+            dark = np.ones(labels.size, dtype=bool)
+            dark[pix] = False
+            background = np.flatnonzero(dark).view(np.uint64)
+        else:
+            background = np.empty(0, dtype=np.uint64)
         if ctx.payload and len(background):
             ctx.lwrite(background, payload=bytes([TAG_IDENTITY]))
         if ctx.full:
