@@ -376,6 +376,10 @@ class ChunkFiles:
         self.path, self.shape, self.chunks = Path(path), shape, chunks
         self.dtype, self.fill, self.codec = dtype, fill, codec
         self._folders: set[Path] = set()  # chunk folders known to exist
+        #: answers of :meth:`keys` and :meth:`box`, remembered (a replay asks the same ones
+        #: again and again)
+        self._keys: dict[Box | None, list[tuple[int, ...]]] = {}
+        self._boxes: dict[tuple[int, ...], Box] = {}
         self._scratch = threading.local()  # per thread: see _pair
 
     @classmethod
@@ -412,12 +416,21 @@ class ChunkFiles:
         return cls(path, shape, chunks, dtype.newbyteorder("<"), fill, codec)
 
     def keys(self, box: Box | None = None) -> list[tuple[int, ...]]:
-        return grid_keys(self.shape, self.chunks, box)
+        got = self._keys.get(box)
+        if got is None:
+            if len(self._keys) > 4096:  # a long-lived reader asks about many boxes
+                self._keys.clear()
+            got = self._keys[box] = grid_keys(self.shape, self.chunks, box)
+        return list(got)
 
     def box(self, key: tuple[int, ...]) -> Box:
         """The cells of chunk ``key`` inside the array."""
-        lo = tuple(k * c for k, c in zip(key, self.chunks))
-        return Box(lo, tuple(min(a + c, s) for a, c, s in zip(lo, self.chunks, self.shape)))
+        got = self._boxes.get(key)
+        if got is None:
+            lo = tuple(k * c for k, c in zip(key, self.chunks))
+            got = self._boxes[key] = Box(lo, tuple(min(a + c, s) for a, c, s
+                                                   in zip(lo, self.chunks, self.shape)))
+        return got
 
     def file(self, key: tuple[int, ...]) -> Path:
         return chunk_file(self.path, key)
