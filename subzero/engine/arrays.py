@@ -375,6 +375,7 @@ class ChunkFiles:
                  dtype: np.dtype, fill: Any, codec: Any) -> None:
         self.path, self.shape, self.chunks = Path(path), shape, chunks
         self.dtype, self.fill, self.codec = dtype, fill, codec
+        self.meta: bytes | None = None  # the array's zarr.json, as read by open()
         self._folders: set[Path] = set()  # chunk folders known to exist
         #: answers of :meth:`keys` and :meth:`box`, remembered (a replay asks the same ones
         #: again and again)
@@ -387,7 +388,8 @@ class ChunkFiles:
         import numcodecs  # with zarr, only once an array is touched (slow to import)
 
         try:
-            meta = json.loads(Path(path, "zarr.json").read_text())
+            raw = Path(path, "zarr.json").read_bytes()
+            meta = json.loads(raw)
             dtype = np.dtype(meta["data_type"])
             codecs = meta["codecs"]
             grid, keys = meta["chunk_grid"], meta["chunk_key_encoding"]
@@ -413,7 +415,9 @@ class ChunkFiles:
             return None  # also a fill written as text (NaN, hex): zarr decodes those
         codec = numcodecs.Blosc(cname=conf.get("cname", "lz4"), clevel=int(conf.get("clevel", 5)),
                                 shuffle=shuffle, blocksize=int(conf.get("blocksize", 0)))
-        return cls(path, shape, chunks, dtype.newbyteorder("<"), fill, codec)
+        files = cls(path, shape, chunks, dtype.newbyteorder("<"), fill, codec)
+        files.meta = raw
+        return files
 
     def keys(self, box: Box | None = None) -> list[tuple[int, ...]]:
         got = self._keys.get(box)

@@ -404,11 +404,17 @@ def _link(src: str, dst: str) -> None:
         shutil.copyfile(src, dst)
 
 
-def _copy_chunks(src: Path, dst: Path, keys: Sequence[Key]) -> None:
-    """Array ``dst``, chunk by chunk, from array ``src``: its metadata, and its chunk files
-    ``keys`` as hard links (the others are written by the replay)."""
+def _copy_chunks(src: Path, dst: Path, keys: Sequence[Key], meta: bytes | None = None
+                 ) -> None:
+    """Array ``dst``, chunk by chunk, from array ``src``: its metadata (``meta``: its
+    bytes, when known), and its chunk files ``keys`` as hard links (the others are written
+    by the replay)."""
     dst.mkdir(exist_ok=True)  # a rewritten chunk's write may have made it already
-    shutil.copyfile(src / "zarr.json", dst / "zarr.json")
+    if meta is None:
+        shutil.copyfile(src / "zarr.json", dst / "zarr.json")
+    else:  # a copy of its own: zarr rewrites an array's metadata in place
+        with open(dst / "zarr.json", "wb") as f:
+            f.write(meta)
     src_c, dst_c, made = str(src / "c"), str(dst / "c"), set()
     for k in keys:
         rel = [str(i) for i in k]
@@ -654,7 +660,7 @@ class _Derived:
         if files is not None:  # made by an I/O thread (done before the run completes)
             keep = [] if whole else [k for k in files.keys() if k not in rewrite]
             self.writes.setdefault(name, []).append(
-                self.pool.submit((WRITE, 0), _copy_chunks, files.path, dst, keep))
+                self.pool.submit((WRITE, 0), _copy_chunks, files.path, dst, keep, files.meta))
             self.fast[name] = arrays.ChunkFiles(dst, files.shape, files.chunks, files.dtype,
                                                 files.fill, files.codec)
             self.own[name] = set()
@@ -1102,7 +1108,8 @@ def _replay(d: _Derived, res: ReplayResult, array: str, mask: np.ndarray, values
     home, rid, parent, wf = d.home, d.rid, d.parent, d.parent.workflow
     n = len(values)
     layout.arrays_dir(home, rid).mkdir(parents=True, exist_ok=False)
-    shutil.copyfile(layout.workflow_path(home, parent.id), layout.workflow_path(home, rid))
+    # the same file (a run's workflow file is written once, when the run is made)
+    _link(str(layout.workflow_path(home, parent.id)), str(layout.workflow_path(home, rid)))
     t0 = time.perf_counter()
     changed = {array: _set_cells(d, array, mask, values)}  # the cells that changed, per array
     res.arrays.append(ArrayReplay(array, mask.shape, n, changed[array].n, 0, 0, 0,
