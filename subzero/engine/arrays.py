@@ -388,8 +388,8 @@ class ChunkFiles:
         import numcodecs  # with zarr, only once an array is touched (slow to import)
 
         try:
-            raw = Path(path, "zarr.json").read_bytes()
-            meta = json.loads(raw)
+            text = Path(path, "zarr.json").read_bytes()
+            meta = json.loads(text)
             dtype = np.dtype(meta["data_type"])
             codecs = meta["codecs"]
             grid, keys = meta["chunk_grid"], meta["chunk_key_encoding"]
@@ -416,7 +416,7 @@ class ChunkFiles:
         codec = numcodecs.Blosc(cname=conf.get("cname", "lz4"), clevel=int(conf.get("clevel", 5)),
                                 shuffle=shuffle, blocksize=int(conf.get("blocksize", 0)))
         files = cls(path, shape, chunks, dtype.newbyteorder("<"), fill, codec)
-        files.meta = raw
+        files.meta = text
         return files
 
     def keys(self, box: Box | None = None) -> list[tuple[int, ...]]:
