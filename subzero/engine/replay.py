@@ -1107,6 +1107,8 @@ def _replay(d: _Derived, res: ReplayResult, array: str, mask: np.ndarray, values
     """The replay's steps (:func:`replay_run`): set the cells, then recompute downstream."""
     home, rid, parent, wf = d.home, d.rid, d.parent, d.parent.workflow
     n = len(values)
+    # the I/O threads start decoding what the steps will read while the run is set up
+    d.prefetch_all(array, _bbox(mask, Box.full(mask.shape)), needed)
     layout.arrays_dir(home, rid).mkdir(parents=True, exist_ok=False)
     # the same file (a run's workflow file is written once, when the run is made)
     _link(str(layout.workflow_path(home, parent.id)), str(layout.workflow_path(home, rid)))
@@ -1115,7 +1117,6 @@ def _replay(d: _Derived, res: ReplayResult, array: str, mask: np.ndarray, values
     res.arrays.append(ArrayReplay(array, mask.shape, n, changed[array].n, 0, 0, 0,
                                   time.perf_counter() - t0, _few(changed[array])))
     last = _last_reads(wf, array, needed)
-    d.prefetch_all(array, _bbox(mask, Box.full(mask.shape)), needed)
     for step, name in enumerate(wf.order):
         d.release({a for a, i in last.items() if i == step - 1})
         if name == array:
