@@ -240,6 +240,15 @@ def _start_context(context_cls: Any, conf: Any, gateway: Any, master: str, log: 
         timer.cancel()
 
 
+#: the driver JVM compiles with its quick compiler only (C1): a run's JVM does little work
+#: of its own (the Python workers compute), and the optimizing compiler's threads took the
+#: two cores from the run while it started. A 1x ``subzero run astronomy``: wall minus
+#: runtime 5.3-5.8 s -> 3.8-4.5 s, runtime 5.7-5.9 s -> 3.7-5.2 s (three runs each); at 16x
+#: the runtime 10.7-11.9 s -> 10.1-11.4 s. Executors elsewhere (a cluster's, long-lived)
+#: keep the JVM's default.
+DRIVER_JIT = "-XX:TieredStopAtLevel=1"
+
+
 def _conf(want: str) -> Any:
     # pyspark (and its JVM) only when a session is first needed
     from pyspark import SparkConf
@@ -254,7 +263,7 @@ def _conf(want: str) -> Any:
         .setAppName("subzero")
         .set("spark.ui.enabled", "false")
         .set("spark.ui.showConsoleProgress", "false")
-        .set("spark.driver.extraJavaOptions", java_opts)
+        .set("spark.driver.extraJavaOptions", f"{java_opts} {DRIVER_JIT}")
         .set("spark.executor.extraJavaOptions", java_opts)
         .set("spark.driver.memory", os.environ.get("SUBZERO_DRIVER_MEMORY", "2g"))
         .set("spark.python.worker.reuse", "true")
