@@ -294,25 +294,30 @@ def _add_pipeline(wf: Workflow, p: str, sky: float, threshold: float, mask: str)
 # ---------------------------------------------------------------------------------------
 
 
-def _row_blocks(run: Any, name: str) -> Iterator[tuple[int, np.ndarray]]:
+def _row_blocks(run: Any, name: str, only: set[int] | None = None
+                ) -> Iterator[tuple[int, np.ndarray]]:
     """Array ``name`` of a finished run in blocks of whole rows (about
     :data:`SCAN_CELLS` cells each, whole stored chunks), with each block's first row; the
-    whole array at once when the run has no stored array to read (a stand-in)."""
+    whole array at once when the run has no stored array to read (a stand-in). ``only``:
+    the blocks (their places in that sequence) to read; the others are skipped unread."""
     loaded = getattr(run, "loaded", run)
     if not hasattr(loaded, "array_path"):
-        yield 0, np.asarray(run.array(name))
+        if only is None or 0 in only:
+            yield 0, np.asarray(run.array(name))
         return
     import zarr  # zarr only once an array is read (slow to import)
 
     arr = zarr.open_array(str(loaded.array_path(name)), mode="r")
     if arr.ndim == 0 or arr.shape[0] == 0:
-        yield 0, np.asarray(arr[...])
+        if only is None or 0 in only:
+            yield 0, np.asarray(arr[...])
         return
     per_row = max(1, int(np.prod(arr.shape[1:])))
     chunk = max(1, int(arr.chunks[0]))
     rows = max(chunk, SCAN_CELLS // per_row // chunk * chunk)
-    for r in range(0, arr.shape[0], rows):
-        yield r, np.asarray(arr[r:r + rows])
+    for i, r in enumerate(range(0, arr.shape[0], rows)):
+        if only is None or i in only:
+            yield r, np.asarray(arr[r:r + rows])
 
 
 def _count(run: Any, name: str) -> int:
@@ -350,12 +355,12 @@ def _pick(run: Any, name: str, positive: bool, k: int, seed: int) -> np.ndarray:
         chosen = np.sort(rng.choice(total, size=k, replace=False))
     out = [np.zeros((0, 2), dtype=np.int64)]
     starts = np.cumsum([0, *counts])
-    for i, (r, b) in enumerate(_row_blocks(run, name)):
-        mine = chosen[(chosen >= starts[i]) & (chosen < starts[i + 1])] - starts[i]
-        if len(mine):
-            cells = np.argwhere(hit(b))[mine]
-            cells[:, 0] += r
-            out.append(cells)
+    where = np.searchsorted(starts, chosen, side="right") - 1  # each chosen cell's block
+    for (r, b), i in zip(_row_blocks(run, name, only=set(where.tolist())), np.unique(where)):
+        mine = chosen[where == i] - starts[i]
+        cells = np.argwhere(hit(b))[mine]
+        cells[:, 0] += r
+        out.append(cells)
     return np.concatenate(out)
 
 
