@@ -171,3 +171,31 @@ def test_default_local_master_retries_a_crashed_python_task(tmp_path):
     assert rec["status"] == "complete" and rec["master"] == "local[*,4]"
     expect = 2.0 * np.arange(3072, dtype="float64").reshape(64, 48)
     assert np.array_equal(load_run(home, rid).array("twice"), expect)
+
+
+def test_the_drivers_class_archive_is_written_once_then_used(tmp_path, monkeypatch):
+    """No archive: the JVM is asked to write one as it exits, under a name of its own;
+    while that one is fresh no other JVM writes one; once settled it is taken (the others
+    written meanwhile are removed) and every later start maps it; an empty
+    $SUBZERO_CACHE turns it off."""
+    from pathlib import Path
+
+    from subzero.engine import spark
+
+    first = spark.class_archive_options(tmp_path)
+    assert "-XX:ArchiveClassesAtExit=" in first and "-Xlog:cds=off" in first
+    made = Path(first.split("-XX:ArchiveClassesAtExit=")[1].split()[0])
+    assert made.parent == tmp_path and made.name.endswith(f".{os.getpid()}.jsa")
+    made.write_bytes(b"archive")  # as the JVM would at its exit
+    assert spark.class_archive_options(tmp_path) == ""  # still being written
+    old = time.time() - 2 * spark.ARCHIVE_SETTLE_S
+    other = made.with_name(made.name.replace(f".{os.getpid()}.", ".1."))
+    other.write_bytes(b"another")
+    os.utime(other, (old - 1, old - 1))
+    os.utime(made, (old, old))
+    got = spark.class_archive_options(tmp_path)
+    final = Path(got.split("-XX:SharedArchiveFile=")[1].split()[0])
+    assert final.read_bytes() == b"archive" and sorted(tmp_path.iterdir()) == [final]
+    assert spark.class_archive_options(tmp_path) == got
+    monkeypatch.setenv("SUBZERO_CACHE", "")
+    assert spark.class_archive_options() == ""

@@ -247,6 +247,60 @@ def _start_context(context_cls: Any, conf: Any, gateway: Any, master: str, log: 
 #: the runtime 10.7-11.9 s -> 10.1-11.4 s. Executors elsewhere (a cluster's, long-lived)
 #: keep the JVM's default.
 DRIVER_JIT = "-XX:TieredStopAtLevel=1"
+#: where the driver's class-data-sharing archive lives (see :func:`class_archive_options`)
+CACHE_ENV = "SUBZERO_CACHE"
+#: an archive a JVM is still writing as it exits is taken only once this old (seconds)
+ARCHIVE_SETTLE_S = 30.0
+
+
+def class_archive_options(cache: Path | None = None) -> str:
+    """JVM options mapping Spark's classes from a class-data-sharing archive (AppCDS):
+    the driver JVM's start loads some 7,000 of them from the archive instead of parsing
+    them from Spark's jars (``launch_gateway`` 1.32-1.42 s -> 0.81-0.91 s, starting the
+    whole session 2.70-2.89 s -> 1.63-1.66 s, two runs each on this project's 2 cores).
+
+    The archive (about 70 MB) lives in ``$SUBZERO_CACHE`` (default ``~/.cache/subzero``),
+    named by what it depends on: pyspark's version and jars, and the ``java`` binary. The
+    first JVM without one writes one as it exits (to a name of its own); a later start
+    takes it once it has settled. A stale or damaged archive is ignored by the JVM, quietly.
+    ``SUBZERO_CACHE=""`` turns this off.
+    """
+    if cache is None:
+        where = os.environ.get(CACHE_ENV, str(Path.home() / ".cache" / "subzero"))
+        if not where:
+            return ""
+        cache = Path(where)
+    try:
+        import hashlib
+
+        import pyspark
+
+        java = shutil.which("java") if not os.environ.get("JAVA_HOME") else str(
+            Path(os.environ["JAVA_HOME"]) / "bin" / "java")
+        java_file = Path(java).resolve() if java else None
+        jars = Path(pyspark.__file__).resolve().parent / "jars"
+        stamp = java_file.stat() if java_file else None
+        key = hashlib.sha1(repr((pyspark.__version__, str(jars), str(java_file),
+                                 stamp and (stamp.st_size, stamp.st_mtime_ns))).encode())
+        archive = cache / f"spark-{pyspark.__version__}-{key.hexdigest()[:12]}.jsa"
+        quiet = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # a stale archive: not a word
+        now = time.time()
+        made = sorted(cache.glob(f"{archive.stem}.*.jsa"), key=lambda f: f.stat().st_mtime)
+        settled = [f for f in made if now - f.stat().st_mtime > ARCHIVE_SETTLE_S]
+        writing = len(made) > len(settled)
+        if settled and not archive.is_file():
+            os.replace(settled.pop(), archive)  # the newest a JVM finished writing
+        for f in settled:  # others written at the same time: not needed
+            f.unlink(missing_ok=True)
+        if archive.is_file():
+            return f"-XX:SharedArchiveFile={archive} {quiet}"
+        if writing:
+            return ""  # one is being written: start as before, and write no other
+        cache.mkdir(parents=True, exist_ok=True)
+        return (f"-XX:ArchiveClassesAtExit={archive.with_suffix(f'.{os.getpid()}.jsa')} "
+                f"{quiet}")
+    except (OSError, ImportError, ValueError):
+        return ""  # no cache to write: start as before
 
 
 def _conf(want: str) -> Any:
@@ -263,7 +317,8 @@ def _conf(want: str) -> Any:
         .setAppName("subzero")
         .set("spark.ui.enabled", "false")
         .set("spark.ui.showConsoleProgress", "false")
-        .set("spark.driver.extraJavaOptions", f"{java_opts} {DRIVER_JIT}")
+        .set("spark.driver.extraJavaOptions",
+             f"{java_opts} {DRIVER_JIT} {class_archive_options()}".strip())
         .set("spark.executor.extraJavaOptions", java_opts)
         .set("spark.driver.memory", os.environ.get("SUBZERO_DRIVER_MEMORY", "2g"))
         .set("spark.python.worker.reuse", "true")
