@@ -173,28 +173,43 @@ def test_default_local_master_retries_a_crashed_python_task(tmp_path):
     assert np.array_equal(load_run(home, rid).array("twice"), expect)
 
 
-def test_the_drivers_class_archive_is_written_once_then_used(tmp_path, monkeypatch):
-    """No archive: the JVM is asked to write one as it exits, under a name of its own;
-    while that one is fresh no other JVM writes one; once settled it is taken (the others
-    written meanwhile are removed) and every later start maps it; an empty
-    $SUBZERO_CACHE turns it off."""
+def test_the_drivers_class_archive_is_taken_only_once_written_whole(tmp_path, monkeypatch):
+    """No archive: the JVM is asked to write one as it exits, under a name of its own and
+    with a log of the dump; while that process runs no other JVM writes one; an archive
+    whose log says it was written whole is taken (and every later start maps it), one
+    whose JVM died while dumping is removed; an empty $SUBZERO_CACHE turns it off."""
+    import os
+    import time
     from pathlib import Path
 
     from subzero.engine import spark
 
+    def opt(got: str, name: str) -> Path:
+        return Path(got.split(f"{name}=")[1].split()[0])
+
     first = spark.class_archive_options(tmp_path)
-    assert "-XX:ArchiveClassesAtExit=" in first and "-Xlog:cds=off" in first
-    made = Path(first.split("-XX:ArchiveClassesAtExit=")[1].split()[0])
-    assert made.parent == tmp_path and made.name.endswith(f".{os.getpid()}.jsa")
-    made.write_bytes(b"archive")  # as the JVM would at its exit
-    assert spark.class_archive_options(tmp_path) == ""  # still being written
+    assert "-Xlog:cds=off" in first
+    mine, log = opt(first, "-XX:ArchiveClassesAtExit"), opt(first, "-Xlog:cds+dynamic=info:file")
+    assert mine.parent == tmp_path and mine.name.endswith(f".{os.getpid()}.jsa")
+    assert log == mine.with_suffix(".log")
+    log.write_text("[info][cds,dynamic] Copying 8 klasses\n")  # as the JVM would, running
+    mine.write_bytes(b"half")
+    assert spark.class_archive_options(tmp_path) == ""  # its process runs: being written
+
+    dead = 2 ** 40  # no such process
     old = time.time() - 2 * spark.ARCHIVE_SETTLE_S
-    other = made.with_name(made.name.replace(f".{os.getpid()}.", ".1."))
-    other.write_bytes(b"another")
-    os.utime(other, (old - 1, old - 1))
-    os.utime(made, (old, old))
+    killed = tmp_path / mine.name.replace(f".{os.getpid()}.", f".{dead}.")
+    killed.write_bytes(b"half")
+    killed.with_suffix(".log").write_text("Copying 8 klasses\n")
+    for f in (killed, killed.with_suffix(".log")):
+        os.utime(f, (old, old))
+    whole = tmp_path / mine.name.replace(f".{os.getpid()}.", f".{dead + 1}.")
+    whole.write_bytes(b"archive")
+    whole.with_suffix(".log").write_text(f"{spark.ARCHIVE_WRITTEN} 0x8 - 0x9\n")
+    log.unlink()
+    mine.unlink()  # (its process has finished: nothing of it left)
     got = spark.class_archive_options(tmp_path)
-    final = Path(got.split("-XX:SharedArchiveFile=")[1].split()[0])
+    final = opt(got, "-XX:SharedArchiveFile")
     assert final.read_bytes() == b"archive" and sorted(tmp_path.iterdir()) == [final]
     assert spark.class_archive_options(tmp_path) == got
     monkeypatch.setenv("SUBZERO_CACHE", "")

@@ -149,10 +149,15 @@ def check_reachable(master: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
                      "cluster running? (python -m subzero.engine.cluster start starts one)")
 
 
+def java_binary() -> str | None:
+    """The ``java`` Spark will start: ``$JAVA_HOME/bin/java``, else the one on the PATH."""
+    java_home = os.environ.get("JAVA_HOME")
+    return str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+
+
 def java_version() -> int:
     """Major version of the ``java`` Spark will use; raise :class:`SparkError` if absent."""
-    java_home = os.environ.get("JAVA_HOME")
-    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+    java = java_binary()
     if not java or not Path(java).exists():
         raise SparkError(
             f"Java {MIN_JAVA}+ is required to run Spark and no 'java' was found; install it "
@@ -249,8 +254,11 @@ def _start_context(context_cls: Any, conf: Any, gateway: Any, master: str, log: 
 DRIVER_JIT = "-XX:TieredStopAtLevel=1"
 #: where the driver's class-data-sharing archive lives (see :func:`class_archive_options`)
 CACHE_ENV = "SUBZERO_CACHE"
-#: an archive a JVM is still writing as it exits is taken only once this old (seconds)
+#: an archive whose JVM never said it was written (killed while dumping) is removed once
+#: this old (seconds); younger, it may still be being written
 ARCHIVE_SETTLE_S = 30.0
+#: what the writing JVM logs once the archive is whole (JDK 13+, ``-Xlog:cds+dynamic``)
+ARCHIVE_WRITTEN = "Written dynamic archive"
 
 
 def class_archive_options(cache: Path | None = None) -> str:
@@ -261,9 +269,10 @@ def class_archive_options(cache: Path | None = None) -> str:
 
     The archive (about 70 MB) lives in ``$SUBZERO_CACHE`` (default ``~/.cache/subzero``),
     named by what it depends on: pyspark's version and jars, and the ``java`` binary. The
-    first JVM without one writes one as it exits (to a name of its own); a later start
-    takes it once it has settled. A stale or damaged archive is ignored by the JVM, quietly.
-    ``SUBZERO_CACHE=""`` turns this off.
+    first JVM without one writes one as it exits (to a name of its own, with a log of the
+    dump beside it); a later start takes it once its log says it was written whole, and
+    removes one whose JVM died while writing it. A stale archive is ignored by the JVM,
+    quietly. ``SUBZERO_CACHE=""`` turns this off.
     """
     if cache is None:
         where = os.environ.get(CACHE_ENV, str(Path.home() / ".cache" / "subzero"))
@@ -275,8 +284,7 @@ def class_archive_options(cache: Path | None = None) -> str:
 
         import pyspark
 
-        java = shutil.which("java") if not os.environ.get("JAVA_HOME") else str(
-            Path(os.environ["JAVA_HOME"]) / "bin" / "java")
+        java = java_binary()
         java_file = Path(java).resolve() if java else None
         jars = Path(pyspark.__file__).resolve().parent / "jars"
         stamp = java_file.stat() if java_file else None
@@ -284,23 +292,39 @@ def class_archive_options(cache: Path | None = None) -> str:
                                  stamp and (stamp.st_size, stamp.st_mtime_ns))).encode())
         archive = cache / f"spark-{pyspark.__version__}-{key.hexdigest()[:12]}.jsa"
         quiet = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # a stale archive: not a word
-        now = time.time()
-        made = sorted(cache.glob(f"{archive.stem}.*.jsa"), key=lambda f: f.stat().st_mtime)
-        settled = [f for f in made if now - f.stat().st_mtime > ARCHIVE_SETTLE_S]
-        writing = len(made) > len(settled)
-        if settled and not archive.is_file():
-            os.replace(settled.pop(), archive)  # the newest a JVM finished writing
-        for f in settled:  # others written at the same time: not needed
-            f.unlink(missing_ok=True)
+        now, writing = time.time(), False
+        for log in sorted(cache.glob(f"{archive.stem}.*.log")):  # one per JVM asked to write
+            made = log.with_suffix(".jsa")
+            pid = log.name[len(archive.stem) + 1:-len(".log")]
+            if ARCHIVE_WRITTEN in log.read_text(errors="replace") and made.is_file():
+                if not archive.is_file():
+                    os.replace(made, archive)  # written whole as its JVM exited
+            elif _alive(pid) or now - log.stat().st_mtime < ARCHIVE_SETTLE_S:
+                writing = True  # its process runs, or its JVM may still be dumping
+                continue
+            made.unlink(missing_ok=True)  # another whole one, or its JVM died dumping
+            log.unlink(missing_ok=True)
         if archive.is_file():
             return f"-XX:SharedArchiveFile={archive} {quiet}"
         if writing:
             return ""  # one is being written: start as before, and write no other
         cache.mkdir(parents=True, exist_ok=True)
-        return (f"-XX:ArchiveClassesAtExit={archive.with_suffix(f'.{os.getpid()}.jsa')} "
-                f"{quiet}")
+        mine = archive.with_suffix(f".{os.getpid()}.jsa")
+        return (f"-XX:ArchiveClassesAtExit={mine} {quiet} "
+                f"-Xlog:cds+dynamic=info:file={mine.with_suffix('.log')}")
     except (OSError, ImportError, ValueError):
         return ""  # no cache to write: start as before
+
+
+def _alive(pid: str) -> bool:
+    """Whether process ``pid`` (as text) still runs."""
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, OverflowError, ProcessLookupError):
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 def _conf(want: str) -> Any:
