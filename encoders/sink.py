@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from encoders.base import Encoding
-from encoders.layouts.pairs import canonical, pair_stats
+from encoders.layouts.pairs import canonical, pair_stats, pairs_digest
 from encoders.registry import encoding_for
 from encoders.store import ShardWriter
 from subzero.lineage import LineageSink, PairBatch, ShardSpec
@@ -32,7 +32,9 @@ class ShardSink(LineageSink):
     ``pairs``, ``out_cells``, ``in_cells``, ``fanin``, ``fanout`` (defined in
     :func:`encoders.layouts.pairs.pair_stats`), ``encode_s`` (seconds in ``close``: encoding,
     writing and publishing), ``attempt``; and, beyond the catalog's columns, ``write_s``
-    (the LMDB/R-tree part of ``encode_s``), ``payload_bytes`` and ``records``.
+    (the LMDB/R-tree part of ``encode_s``), ``payload_bytes``, ``records`` and ``digest``
+    (:func:`~encoders.layouts.pairs.pairs_digest` of the pairs stored, also in the shard's
+    ``meta.json``).
     """
 
     def __init__(self, spec: ShardSpec, encoding: Encoding | None = None) -> None:
@@ -54,13 +56,19 @@ class ShardSink(LineageSink):
                             f"has {len(self.spec.in_shapes)}")
         self.batches.append(batch)
 
-    def close(self) -> dict[str, Any]:
+    def close(self, same_as: str | None = None) -> dict[str, Any]:
+        """Encode and publish the pairs written; with ``same_as`` (another shard's digest)
+        equal to theirs, publish nothing and return only ``{"digest": ..., "same": True}``."""
         t0 = time.perf_counter()
         pairs = PairBatch.concat(self.batches)
         self.batches = []
         if pairs is not None:
             pairs = canonical(pairs)
+        digest = pairs_digest(pairs)
+        if same_as is not None and digest == same_as:
+            return {"digest": digest, "same": True}
         stats = pair_stats(pairs)
+        stats["digest"] = digest
         enc = self.encoding.encode(pairs, self.spec)
         stats["records"] = int(enc.meta.get("records", enc.meta.get("entries", 0)))
         self.writer = ShardWriter(self.spec)
@@ -86,14 +94,16 @@ def make_sink(spec: ShardSpec) -> ShardSink:
     return ShardSink(spec)
 
 
-def write_shard(spec: ShardSpec, batch: PairBatch | None) -> dict[str, Any]:
+def write_shard(spec: ShardSpec, batch: PairBatch | None, same_as: str | None = None
+                ) -> dict[str, Any]:
     """Store ``batch`` (None or empty: an empty shard) as the shard ``spec`` describes and
-    return the sink's statistics (see :class:`ShardSink`); on any error nothing is left."""
+    return the sink's statistics (see :class:`ShardSink`; ``same_as``: nothing stored when
+    the pairs' digest equals it); on any error nothing is left."""
     sink = make_sink(spec)
     try:
         if batch is not None and len(batch):
             sink.write(batch)
-        return sink.close()
+        return sink.close(same_as)
     except BaseException:
         sink.abort()
         raise

@@ -244,6 +244,37 @@ def test_derived_run_answers_lineage_queries(parents):
         assert back.count > 0
 
 
+@pytest.mark.slow
+def test_a_recomputed_chunk_whose_lineage_came_out_the_same_shares_the_parents_shard(
+        parents):
+    """exp1 + 1 in a box: cr1, rmcr and clust are recomputed, but no flag, star or mask
+    changes, so their recomputed lineage is the parent's: each shard is the parent's (its
+    row, its files), nothing is written, and the derived run answers as the parent does.
+    A change that flags cosmic rays writes shards of its own (see the test above)."""
+    run = parents("astronomy")
+    box = Box((75, 40), (85, 50))
+    new = run.replay("exp1", box, values=run.array("exp1")[box.slices] + 1, quiet=True)
+    got = {a.name: a for a in new.replayed.arrays}
+    cat = Catalog(run.home / "catalog.sqlite")
+    try:
+        for op in ("cr1", "rmcr", "clust"):
+            assert got[op].tiles > 0, op  # recomputed
+            mine = {(r["strategy"], r["chunk"]): r for r in cat.shards(new.id, op)}
+            theirs = {(r["strategy"], r["chunk"]): r for r in cat.shards(run.id, op)}
+            assert mine.keys() == theirs.keys()
+            for key, row in mine.items():
+                assert {k: v for k, v in row.items() if k != "run"} == {
+                    k: v for k, v in theirs[key].items() if k != "run"}, (op, key)
+            assert not (run.home / "runs" / new.id / "lineage" / op).exists()
+    finally:
+        cat.close()
+    flags = run.array("cr1") != 0
+    assert flags.any() and np.array_equal(flags, new.array("cr1") != 0)
+    want = run.backward(flags, start="cr1", path=[("cr1", 0)])
+    have = new.backward(flags, start="cr1", path=[("cr1", 0)])
+    assert np.array_equal(want.mask, have.mask)
+
+
 def test_replay_values_checks_the_dtype():
     assert replay_values("a", "float32", 3, nan=True).dtype == np.float32
     assert replay_values("a", "int16", 2, values=np.array([1, -2], np.int8)).tolist() == [1, -2]

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -75,6 +76,34 @@ def pair_stats(batch: PairBatch | None) -> dict[str, Any]:
                   fanin=float((olen * ilen).sum() / out_cells) if out_cells else 0.0,
                   payload_bytes=0.0)
     return st
+
+
+def pairs_digest(batch: PairBatch | None) -> str:
+    """A digest of the pairs of a canonical ``batch`` (None or empty: no pairs), equal for
+    equal pairs in equal order: a shard records the digest of what it stores, so a what-if
+    replay recomputing a chunk whose lineage came out the same shares the parent's shard
+    instead of encoding and writing it again (BLAKE2b, 128 bits: a false match would
+    silently change an answer, so no short checksum).
+
+    >>> b = PairBatch(Ragged.from_rows([[1], [2, 3]]), payload=Ragged.from_rows([[7], [8]]))
+    >>> pairs_digest(b) == pairs_digest(canonical(b)) != pairs_digest(None)
+    True
+    """
+    h = hashlib.blake2b(digest_size=16)
+    if batch is None or len(batch) == 0:
+        return h.hexdigest()
+    sides = [(batch.out, np.uint64)]
+    if batch.is_payload:
+        sides.append((batch.payload, np.uint8))
+    else:
+        sides.extend((r, np.uint64) for r in batch.ins)
+    h.update(b"pay" if batch.is_payload else b"full%d" % len(sides))
+    for r, dtype in sides:  # as a shard stores them (canonical's dtypes)
+        offsets = np.ascontiguousarray(r.offsets, dtype=np.int64)
+        h.update(np.int64(len(offsets)).tobytes())
+        h.update(offsets)
+        h.update(np.ascontiguousarray(r.values, dtype=dtype))
+    return h.hexdigest()
 
 
 @dataclass

@@ -44,7 +44,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from encoders.store import remove_unpublished
+from encoders.store import read_meta, remove_unpublished
 from subzero.cells import Box, to_coords
 from subzero.chunking import chunk_key, task_grid
 from subzero.engine import arrays, layout
@@ -537,6 +537,16 @@ class _Derived:
             memo["files", name] = arrays.ChunkFiles.open(self.parent_dir(name))
         return memo["files", name]
 
+    def parent_shards(self, name: str) -> dict[tuple[str, str], dict[str, Any]]:
+        """The parent's shard rows of operator ``name`` by (strategy, chunk), read once per
+        loaded parent (a complete run's shards never change)."""
+        memo = self.parent.memo
+        got = memo.get(("shards", name))
+        if got is None:
+            got = memo["shards", name] = {(r["strategy"], r["chunk"]): r for r in
+                                          self.cat.shards(self.parent.id, op=name)}
+        return got
+
     def _nbytes(self, files: arrays.ChunkFiles, key: Key) -> int:
         return files.box(key).size * files.dtype.itemsize
 
@@ -920,6 +930,9 @@ def _run_here(d: _Derived, op: Any, inputs: Sequence[str], jobs: Sequence[Any], 
     ``block`` (box, values as a run stores them, and which differ from the parent's or
     None), also stored in the derived run."""
 
+    parents = d.parent_shards(op.name) if any(j.strategies for j in jobs) else {}
+    digests = d.parent.memo.setdefault(("digests", op.name), {})
+
     def one(j: Any) -> dict[str, Any]:
         mine = {src: (j.chunk.in_boxes[i], d.new_box(src, j.chunk.in_boxes[i]))
                 for i, src in enumerate(inputs)}
@@ -929,8 +942,9 @@ def _run_here(d: _Derived, op: Any, inputs: Sequence[str], jobs: Sequence[Any], 
         if "error" not in res:
             res["block"] = mine[op.name]
             if j.strategies:
-                res["shards"] = d.pool.submit((WRITE, 0), store_shards, j,
-                                              res.pop("full"), res.pop("payload"))
+                res["shards"] = d.pool.submit((WRITE, 0), _store_shared, d.home, j,
+                                              res.pop("full"), res.pop("payload"), parents,
+                                              digests)
         return res
 
     many = COMPUTE > 1 and len(jobs) > 1 and cells >= THREAD_CELLS
@@ -943,6 +957,39 @@ def _run_here(d: _Derived, op: Any, inputs: Sequence[str], jobs: Sequence[Any], 
             block = block.astype(op.out_dtype)  # as a run stores it
         res["block"] = (box, block, d.store(op.name, box, block))
     return done
+
+
+def _digest(home: Path, row: dict[str, Any], memo: dict[str, str | None]) -> str | None:
+    """The pairs digest a parent's shard (its catalog ``row``) recorded (None: none, or
+    unreadable), kept in ``memo`` by path."""
+    path = row["path"]
+    if path not in memo:
+        try:
+            memo[path] = read_meta(home / path).get("stats", {}).get("digest")
+        except (StoreError, OSError, ValueError):
+            memo[path] = None
+    return memo[path]
+
+
+def _store_shared(home: Path, job: Any, full: Any, pay: Any,
+                  parents: dict[tuple[str, str], dict[str, Any]],
+                  digests: dict[str, str | None]) -> list[dict[str, Any]]:
+    """Store a recomputed task's pairs (:func:`store_shards`), except for a strategy whose
+    pairs came out as the parent's shard of that chunk holds (equal digests, see
+    :func:`encoders.layouts.pairs.pairs_digest`): that one is the parent's shard, shared
+    like those of the chunks not recomputed (its row, pointing at the parent's files).
+    ``digests``: the parent's shards' digests read so far, by path."""
+    key = chunk_key(job.chunk.index)
+    rows = {s.name: parents.get((s.name, key)) for s in job.strategies}
+    same_as = {name: d for name, row in rows.items()
+               if row is not None and (d := _digest(home, row, digests)) is not None}
+    out = []
+    for stats in store_shards(job, full, pay, same_as):
+        row = rows.get(stats["strategy"])
+        if stats.get("same") and row is not None:
+            stats = {**row, "path": str(home / row["path"])}
+        out.append(stats)
+    return out
 
 
 def _few(cells: Frontier) -> list[list[int]] | None:

@@ -102,15 +102,19 @@ def _failed(res: dict[str, Any], e: Exception) -> None:
         res["traceback"] = traceback.format_exc()
 
 
-def store_shards(job: TaskJob, full: PairBatch | None, pay: PairBatch | None) -> list[dict]:
-    """Write the task's pairs as one shard per stored strategy; their statistics."""
+def store_shards(job: TaskJob, full: PairBatch | None, pay: PairBatch | None,
+                 same_as: dict[str, str] | None = None) -> list[dict]:
+    """Write the task's pairs as one shard per stored strategy; their statistics.
+    ``same_as``: per strategy, another shard's pairs digest: a strategy whose pairs have it
+    writes nothing (its statistics are ``{"same": True, ...}``, without a path)."""
     op, ch = job.op, job.chunk
     shards = []
     for s in job.strategies:
         ts = time.perf_counter()
         spec = layout.shard_spec(Path(job.home), job.run, op.name, s, ch.index, ch.out_box,
                                  ch.out_shape, ch.in_shapes, _attempt())
-        stats = write_shard(spec, full if s.mode is Mode.FULL else pay)
+        stats = write_shard(spec, full if s.mode is Mode.FULL else pay,
+                            (same_as or {}).get(s.name))
         stats.setdefault("encode_s", time.perf_counter() - ts)
         stats["strategy"] = s.name
         stats["chunk"] = chunk_key(ch.index)

@@ -249,3 +249,31 @@ def test_names_of_blobs_are_no_table_names(tmp_path):
                                          items=np.zeros((1, 2), np.uint8))])
         with pytest.raises(ValueError, match="reserved for blobs"):
             store._write_lmdb(tmp_path, enc)
+
+
+def test_a_shard_records_its_pairs_digest_and_same_pairs_write_nothing(tmp_path):
+    """The digest of the stored pairs is in the statistics and meta.json, the same for the
+    same pairs however they were split into writes; a sink told that digest (a replay
+    whose recomputed lineage came out as the parent's) publishes nothing."""
+    from encoders.sink import make_sink
+    from subzero.cells import Box
+    from subzero.engine.layout import shard_spec
+    from subzero.modes import Strategy
+
+    first = write_shard(tmp_path / "a", "full-one-bwd", stencil_pairs(40), (40,), [(40,)])
+    split = write_shard(tmp_path / "b", "full-one-bwd", stencil_pairs(40), (40,), [(40,)],
+                        parts=3)
+    other = write_shard(tmp_path / "c", "full-one-bwd", stencil_pairs(40, shift=1), (40,),
+                        [(40,)])
+    assert first["digest"] == split["digest"] != other["digest"]
+    assert store.read_meta(first["path"])["stats"]["digest"] == first["digest"]
+    spec = shard_spec(tmp_path / "d", "r1", "op", Strategy.parse("full-one-bwd"), (0,),
+                      Box.full((40,)), (40,), ((40,),), 0)
+    sink = make_sink(spec)
+    sink.write(stencil_pairs(40))
+    assert sink.close(same_as=first["digest"]) == {"digest": first["digest"], "same": True}
+    assert not (tmp_path / "d").exists() or not any(strategy_dir(tmp_path / "d").iterdir())
+    sink = make_sink(spec)
+    sink.write(stencil_pairs(40))
+    again = sink.close(same_as=other["digest"])  # different pairs: written
+    assert again["digest"] == first["digest"] and Path(again["path"]).is_dir()
