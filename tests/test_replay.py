@@ -275,6 +275,29 @@ def test_a_recomputed_chunk_whose_lineage_came_out_the_same_shares_the_parents_s
     assert np.array_equal(want.mask, have.mask)
 
 
+def test_a_run_keeps_one_catalog_connection_for_its_replays_until_closed(parents):
+    """Replays of one run share this thread's connection (closing the last one would
+    checkpoint the catalog and sync the disk after every replay), which holds no
+    transaction between replays: another connection writes meanwhile; close() releases
+    it."""
+    run = parents("example")
+    first = run.replay("image", [(2, 2)], value=1, to="calibrate", quiet=True)
+    cat, qx = run._replay_session()
+    other = Catalog(run.home / "catalog.sqlite")
+    try:
+        other.set_array_bytes(first.id, {"image": 123})  # not locked out
+    finally:
+        other.close()
+    second = run.replay("image", [(3, 3)], value=1, to="calibrate", quiet=True)
+    assert run._replay_session() == (cat, qx)
+    assert second.replayed.parent == run.id != second.id != first.id
+    run.close()
+    with pytest.raises(Exception, match="closed"):
+        cat.db.execute("SELECT 1")
+    assert run._replay_session()[0] is not cat  # a new one when replayed again
+    run.close()
+
+
 def test_replay_values_checks_the_dtype():
     assert replay_values("a", "float32", 3, nan=True).dtype == np.float32
     assert replay_values("a", "int16", 2, values=np.array([1, -2], np.int8)).tolist() == [1, -2]
@@ -554,8 +577,9 @@ def test_what_a_replay_foresees_to_read_follows_the_change_not_run_order():
 
 def test_the_replays_io_threads_read_first_in_step_order_and_the_caller_can_help():
     """Reads run before writes, an earlier step's read first; help() runs what is queued
-    in the calling thread, and so does a caller waiting on result(); shutting down with
-    cancel_futures cancels what never ran."""
+    in the calling thread, and so does a caller waiting on result() (what is ranked no
+    later than the work it waits for); shutting down with cancel_futures cancels what
+    never ran."""
     import threading
 
     from subzero.engine.replay import READ, WRITE, _IOPool
@@ -588,6 +612,12 @@ def test_the_replays_io_threads_read_first_in_step_order_and_the_caller_can_help
     awaited = pool.submit((WRITE, 0), lambda: threading.current_thread().name)
     assert pool.result(awaited) == threading.current_thread().name
     assert queued.result(timeout=1) == threading.current_thread().name
+    # but no work ranked after the awaited one: a later step's read is left queued
+    later = pool.submit((READ, 9), lambda: threading.current_thread().name)
+    early = pool.submit((READ, 3), lambda: threading.current_thread().name)
+    assert pool.result(early) == threading.current_thread().name
+    assert not later.done()
+    assert pool.result(later) == threading.current_thread().name  # its own turn
     pending = pool.submit((WRITE, 0), done.append, "cancelled")
     pool.shutdown(wait=False, cancel_futures=True)
     gate.set()

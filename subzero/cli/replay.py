@@ -47,8 +47,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
     # checked here too, so that a bad value fails before the derived run exists
     replay_values(args.from_, dtype, int(mask.sum()), value=args.set, values=values,
                   nan=args.nan)
-    new = run.replay(args.from_, mask, value=args.set, values=values, nan=args.nan,
-                     to=args.to, where=args.where, quiet=args.json or None)
+    try:
+        new = run.replay(args.from_, mask, value=args.set, values=values, nan=args.nan,
+                         to=args.to, where=args.where, quiet=args.json or None)
+    finally:
+        run.close()
     res = new.replayed
     if args.json:
         emit_json(res.to_json())

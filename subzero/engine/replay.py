@@ -301,6 +301,7 @@ class _IOPool:
 
     def submit(self, rank: tuple[int, int], fn: Callable[..., Any], *args: Any) -> Future:
         fut: Future = Future()
+        fut.rank = rank  # type: ignore[attr-defined]
         self._queue.put((rank, next(self._seq), fut, fn, args))
         return fut
 
@@ -332,11 +333,19 @@ class _IOPool:
         while self._run_one():
             pass
 
-    def _run_one(self) -> bool:
-        """Run the next queued piece of work in the calling thread (False: none)."""
+    def _run_one(self, upto: tuple[int, int] | None = None) -> bool:
+        """Run the next queued piece of work in the calling thread (False: none; or, with
+        ``upto``, none ranked at or before it)."""
+        q = self._queue
+        with q.mutex:
+            if not q.queue or (upto is not None and q.queue[0][0] > upto):
+                return False
         try:
-            item = self._queue.get_nowait()
+            item = q.get_nowait()
         except queue.Empty:
+            return False
+        if upto is not None and item[0] > upto:  # another thread took the one seen
+            q.put(item)
             return False
         if item[2] is None:  # shut down: leave the marker to a worker
             self._queue.put(item)
@@ -346,8 +355,11 @@ class _IOPool:
 
     def result(self, fut: Future) -> Any:
         """``fut``'s result; while it is not done, the calling thread runs queued work
-        (the computing thread waiting for a chunk lends the I/O threads a hand)."""
-        while not fut.done() and self._run_one():
+        ranked no later than ``fut`` (the computing thread waiting for a chunk lends the
+        I/O threads a hand, but takes no read a later step needs: decoding a whole chunk
+        for later would keep the step it waits for waiting longer)."""
+        upto = getattr(fut, "rank", None)
+        while not fut.done() and self._run_one(upto):
             pass
         return fut.result()
 
