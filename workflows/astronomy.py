@@ -56,6 +56,7 @@ import numpy as np
 
 from operators import Binary, Cast, Copy, MaskReplace, MeanBroadcast, Reduce, Subarray
 from subzero.cells import Box
+from subzero.engine.arrays import ChunkFiles
 from subzero.errors import WorkflowError
 from subzero.workflow import NamedQuery, Workflow, parse_shape_param
 from workflows.astro_data import (EXPOSURE_FILES, EXPOSURE_SHAPE, SKY, ExposureField,
@@ -75,6 +76,9 @@ AUXILIARY = (("satmask", "uint8", 0), ("biasmask", "float32", 0.0),
              ("darkmask", "float32", 0.0), ("flatmask", "float32", 1.0))
 #: Cells read at a time when a query or the summary scans an array (bounded memory).
 SCAN_CELLS = 1 << 22
+#: :func:`_pick` keeps the cells it finds in its first pass up to this many (32 MB of
+#: indices), and reads the blocks of the chosen ones again beyond
+KEEP_HITS = 1 << 22
 
 # the calibration chain of one exposure, in order: (name, operator factory, extra inputs)
 _CHAIN = [
@@ -305,19 +309,30 @@ def _row_blocks(run: Any, name: str, only: set[int] | None = None
         if only is None or 0 in only:
             yield 0, np.asarray(run.array(name))
         return
-    import zarr  # zarr only once an array is read (slow to import)
+    path = loaded.array_path(name)
+    files = ChunkFiles.open(path)  # numeric chunks decoded directly (None: through zarr)
+    if files is None:
+        import zarr  # zarr only once an array is read (slow to import)
 
-    arr = zarr.open_array(str(loaded.array_path(name)), mode="r")
-    if arr.ndim == 0 or arr.shape[0] == 0:
+        arr = zarr.open_array(str(path), mode="r")
+        shape, chunks = arr.shape, arr.chunks
+    else:
+        shape, chunks = files.shape, files.chunks
+    if len(shape) == 0 or shape[0] == 0:
         if only is None or 0 in only:
-            yield 0, np.asarray(arr[...])
+            yield 0, np.asarray(arr[...]) if files is None else files.read_box(
+                Box.full(shape))
         return
-    per_row = max(1, int(np.prod(arr.shape[1:])))
-    chunk = max(1, int(arr.chunks[0]))
+    per_row = max(1, int(np.prod(shape[1:])))
+    chunk = max(1, int(chunks[0]))
     rows = max(chunk, SCAN_CELLS // per_row // chunk * chunk)
-    for i, r in enumerate(range(0, arr.shape[0], rows)):
+    for i, r in enumerate(range(0, shape[0], rows)):
         if only is None or i in only:
-            yield r, np.asarray(arr[r:r + rows])
+            if files is None:
+                yield r, np.asarray(arr[r:r + rows])
+            else:
+                end = min(r + rows, shape[0])
+                yield r, files.read_box(Box((r, *(0,) * (len(shape) - 1)), (end, *shape[1:])))
 
 
 def _count(run: Any, name: str) -> int:
@@ -341,27 +356,50 @@ def _labels(run: Any, name: str) -> int:
 
 def _pick(run: Any, name: str, positive: bool, k: int, seed: int) -> np.ndarray:
     """``k`` cells of array ``name`` that are nonzero (``positive``: > 0), chosen with
-    ``seed`` among all of them in row-major order (all when there are ``k`` or fewer);
-    two passes over row blocks, so memory stays bounded."""
+    ``seed`` among all of them in row-major order (all when there are ``k`` or fewer).
+    One pass over row blocks keeping the cells found while they are at most
+    :data:`KEEP_HITS`; beyond, a second pass reads the blocks holding a chosen cell, so
+    memory stays bounded."""
     def hit(b: np.ndarray) -> np.ndarray:
         return b > 0 if positive else b.astype(bool)
 
-    counts = [int(np.count_nonzero(hit(b))) for _, b in _row_blocks(run, name)]
+    counts, kept, shape = [], [], None
+    for r, b in _row_blocks(run, name):
+        found = np.flatnonzero(hit(b))
+        counts.append(len(found))
+        shape = b.shape[1:]
+        if kept is not None:
+            kept.append(found + r * int(np.prod(shape, dtype=np.int64)))
+            if sum(counts) > KEEP_HITS:
+                kept = None
     total = sum(counts)
     if total <= k:
         chosen = np.arange(total)
     else:
         rng = np.random.default_rng(seed)
         chosen = np.sort(rng.choice(total, size=k, replace=False))
+    if kept is not None:  # every cell found is at hand: no second pass
+        lin = np.concatenate([np.zeros(0, np.int64), *kept])[chosen]
+        return _coords(lin, shape if shape is not None else ())
     out = [np.zeros((0, 2), dtype=np.int64)]
     starts = np.cumsum([0, *counts])
     where = np.searchsorted(starts, chosen, side="right") - 1  # each chosen cell's block
     for (r, b), i in zip(_row_blocks(run, name, only=set(where.tolist())), np.unique(where)):
         mine = chosen[where == i] - starts[i]
-        cells = np.argwhere(hit(b))[mine]
+        cells = _coords(np.flatnonzero(hit(b))[mine], b.shape[1:])
         cells[:, 0] += r
         out.append(cells)
     return np.concatenate(out)
+
+
+def _coords(lin: np.ndarray, row_shape: tuple[int, ...]) -> np.ndarray:
+    """Coordinates (one row per cell) of the row-major indices ``lin`` of an array whose
+    rows have shape ``row_shape``."""
+    lin = np.asarray(lin, dtype=np.int64)
+    if not row_shape:  # one-dimensional
+        return lin[:, None].copy()
+    rows, rest = np.divmod(lin, int(np.prod(row_shape, dtype=np.int64)))
+    return np.column_stack([rows, *np.unravel_index(rest, row_shape)]).astype(np.int64)
 
 
 # ---------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -142,8 +143,11 @@ def _run_summary(args: argparse.Namespace, res: RunResult) -> list[str]:
     if res.workflow not in workflows.available():
         return []
     run = Home(args.home).get(res.run)
-    run.choose_named_cells()
-    return workflows.summary(res.workflow, run)
+    # both read whole arrays (decoding and counting release the GIL): on two threads
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="subzero-summary") as pool:
+        lines = pool.submit(workflows.summary, res.workflow, run)
+        run.choose_named_cells()
+        return lines.result()
 
 
 def data_kind(origins: dict[str, Any] | None) -> str:
