@@ -60,7 +60,7 @@ class Frontier:
     [1, 6, 7]
     """
 
-    __slots__ = ("shape", "size", "_lin", "_mask", "_n")
+    __slots__ = ("shape", "size", "_lin", "_mask", "_n", "_coords")
 
     def __init__(self, shape: Sequence[int], *, lin: np.ndarray | None = None,
                  mask: np.ndarray | None = None, n: int | None = None) -> None:
@@ -70,6 +70,7 @@ class Frontier:
         self.size = size_of(self.shape)
         self._lin, self._mask = lin, mask
         self._n = len(lin) if lin is not None else n
+        self._coords: np.ndarray | None = None  # of the few cells, once asked (meets)
 
     @classmethod
     def everything(cls, shape: Sequence[int]) -> "Frontier":
@@ -83,7 +84,7 @@ class Frontier:
         f = cls.__new__(cls)
         f.shape = tuple(int(s) for s in shape)
         f.size = size_of(f.shape)
-        f._lin = f._mask = None
+        f._lin = f._mask = f._coords = None
         f._n = f.size
         return f
 
@@ -137,7 +138,9 @@ class Frontier:
             return bool(self._mask[box.slices].any())
         if not len(self._lin):
             return False
-        c = to_coords(self._lin, self.shape)
+        c = self._coords
+        if c is None:  # worked out once: a step asks about every shard's box
+            c = self._coords = to_coords(self._lin, self.shape)
         return bool(((c >= np.asarray(box.lo, dtype=np.int64))
                      & (c < np.asarray(box.hi, dtype=np.int64))).all(axis=1).any())
 
