@@ -103,7 +103,8 @@ def write_shard(spec: ShardSpec, batch: PairBatch | None, same_as: str | None = 
     try:
         if batch is not None and len(batch):
             sink.write(batch)
-        return sink.close(same_as)
+        # (the LineageSink protocol's close() takes nothing: only ShardSink compares)
+        return sink.close() if same_as is None else sink.close(same_as=same_as)
     except BaseException:
         sink.abort()
         raise
