@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -292,7 +293,7 @@ def test_a_run_keeps_one_catalog_connection_for_its_replays_until_closed(parents
     assert run._replay_session() == (cat, qx)
     assert second.replayed.parent == run.id != second.id != first.id
     run.close()
-    with pytest.raises(Exception, match="closed"):
+    with pytest.raises(sqlite3.ProgrammingError, match="closed"):
         cat.db.execute("SELECT 1")
     assert run._replay_session()[0] is not cat  # a new one when replayed again
     run.close()

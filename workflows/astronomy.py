@@ -378,9 +378,10 @@ def _pick(run: Any, name: str, positive: bool, k: int, seed: int) -> np.ndarray:
     else:
         rng = np.random.default_rng(seed)
         chosen = np.sort(rng.choice(total, size=k, replace=False))
+    if shape is None:  # an array of no rows
+        return np.zeros((0, 2), dtype=np.int64)
     if kept is not None:  # every cell found is at hand: no second pass
-        lin = np.concatenate([np.zeros(0, np.int64), *kept])[chosen]
-        return _coords(lin, shape if shape is not None else ())
+        return _coords(np.concatenate([np.zeros(0, np.int64), *kept])[chosen], shape)
     out = [np.zeros((0, 2), dtype=np.int64)]
     starts = np.cumsum([0, *counts])
     where = np.searchsorted(starts, chosen, side="right") - 1  # each chosen cell's block

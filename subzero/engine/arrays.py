@@ -22,7 +22,7 @@ import mmap
 import os
 import threading
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -196,6 +196,19 @@ def logical_bytes(shape: Sequence[int], dtype: Any) -> int:
 
 
 # -- direct chunk I/O -----------------------------------------------------------------------
+def item_span(inter: Box, chunk: Box, chunks: Sequence[int]) -> tuple[int, int]:
+    """The items, in C order within a chunk of shape ``chunks`` at ``chunk``, from the
+    first to the last cell of ``inter`` (every cell of ``inter`` lies between them).
+
+    >>> item_span(Box((1, 2), (3, 4)), Box((0, 0), (4, 5)), (4, 5))
+    (7, 14)
+    """
+    first = last = 0
+    for a, b, c, n in zip(inter.lo, inter.hi, chunk.lo, chunks):  # C order, by hand (a
+        first, last = first * n + a - c, last * n + b - 1 - c     # numpy call costs more)
+    return first, last + 1
+
+
 def _blosc_sizes(frame: Any) -> tuple[int, int, int]:
     """A Blosc frame's (decoded bytes, block size, encoded bytes), from its 16-byte
     header (little endian at bytes 4, 8 and 12); -1 each for a frame shorter than that.
@@ -456,17 +469,26 @@ class ChunkFiles:
         return full[self.cut(key)]
 
     def read_box(self, box: Box) -> np.ndarray:
-        """The cells ``box`` of the array, from the chunks holding them (a chunk's own
-        array when the box is that chunk; the chunks decoded with Blosc's threads, about
-        3x quicker than through zarr for a large array read in row blocks)."""
+        """The cells ``box`` of the array, decoded from the chunks holding them (a view of
+        a chunk's own array when one holds them all): about 3x quicker than through zarr
+        for a large array read in row blocks."""
+        return self.assemble(box, lambda key, span: self.read(key))
+
+    def assemble(self, box: Box, chunk: Callable[[tuple[int, ...], tuple[int, int]],
+                                                 np.ndarray]) -> np.ndarray:
+        """The cells of ``box`` from the chunks ``chunk(key, span)`` gives (``span``: the
+        items, C order within the chunk, that ``box`` needs of it, see :func:`item_span`);
+        a view when one chunk holds them (never written to)."""
         keys = self.keys(box)
-        if len(keys) == 1 and self.box(keys[0]) == box:
-            return self.read(keys[0])
+        if len(keys) == 1:
+            cb = self.box(keys[0])
+            return chunk(keys[0], item_span(box, cb, self.chunks))[box.relative_to(cb)]
         out = np.empty(box.shape, dtype=self.dtype)
         for k in keys:
             cb = self.box(k)
             inter = cb.intersect(box)
-            out[inter.relative_to(box)] = self.read(k)[inter.relative_to(cb)]
+            out[inter.relative_to(box)] = chunk(k, item_span(inter, cb, self.chunks))[
+                inter.relative_to(cb)]
         return out
 
     def part(self, key: tuple[int, ...]) -> "PartChunk":

@@ -379,15 +379,6 @@ class _IOPool:
                 t.join()
 
 
-def _span(inter: Box, chunk: Box, chunks: Sequence[int]) -> tuple[int, int]:
-    """The items, in C order within a chunk of shape ``chunks`` at ``chunk``, from the
-    first to the last cell of ``inter`` (every cell of ``inter`` lies between them)."""
-    first = last = 0
-    for a, b, c, n in zip(inter.lo, inter.hi, chunk.lo, chunks):  # C order, by hand (a
-        first, last = first * n + a - c, last * n + b - 1 - c     # numpy call costs more)
-    return first, last + 1
-
-
 def _chunks_hit(cells: Frontier, chunks: Sequence[int]) -> set[Key] | None:
     """The chunks (grid indices) holding some of ``cells`` when they are few (None
     otherwise: ask each chunk)."""
@@ -435,24 +426,6 @@ def _copy_chunks(src: Path, dst: Path, keys: Sequence[Key], meta: bytes | None =
             os.makedirs(folder, exist_ok=True)
             made.add(folder)
         _link(os.path.join(src_c, *rel), os.path.join(folder, rel[-1]))
-
-
-def _assemble(files: arrays.ChunkFiles, box: Box,
-              chunk: Callable[[Key, tuple[int, int]], np.ndarray]) -> np.ndarray:
-    """The cells of ``box`` from the chunks ``chunk(key, span)`` (``span``: the items, C
-    order within the chunk, that ``box`` needs of it); a view when one chunk holds them
-    (never written to)."""
-    keys = files.keys(box)
-    if len(keys) == 1:
-        cb = files.box(keys[0])
-        return chunk(keys[0], _span(box, cb, files.chunks))[box.relative_to(cb)]
-    out = np.empty(box.shape, dtype=files.dtype)
-    for k in keys:
-        cb = files.box(k)
-        inter = cb.intersect(box)
-        out[inter.relative_to(box)] = chunk(k, _span(inter, cb, files.chunks))[
-            inter.relative_to(cb)]
-    return out
 
 
 def _values(entry: Any, span: tuple[int, int] | None = None) -> np.ndarray:
@@ -580,7 +553,7 @@ class _Derived:
                     cb = files.box(k)
                     self.old_chunks[(name, k)] = self.pool.submit(
                         (READ, step), _read_part, files, k,
-                        _span(cb.intersect(box), cb, files.chunks))
+                        arrays.item_span(cb.intersect(box), cb, files.chunks))
 
     def prefetch_all(self, start: str, box: Box | None, needed: set[str]) -> None:
         """Start decoding, in run order, the parent's chunks the replay will likely read:
@@ -645,7 +618,7 @@ class _Derived:
         files = self.parent_files(name)
         if files is None:
             return arrays.read_box(self.parent_path(name), box)
-        return _assemble(files, box, lambda k, sp: self.old_chunk(name, k, sp))
+        return files.assemble(box, lambda k, sp: self.old_chunk(name, k, sp))
 
     # -- the derived run's values -----------------------------------------------------------
     def new_chunk(self, name: str, key: Key, span: tuple[int, int] | None = None
@@ -668,7 +641,7 @@ class _Derived:
         if files is None:
             self.wait(name)
             return arrays.read_box(self.path(name), box)
-        return _assemble(files, box, lambda k, sp: self.new_chunk(name, k, sp))
+        return files.assemble(box, lambda k, sp: self.new_chunk(name, k, sp))
 
     def copy(self, name: str, whole: bool, rewrite: set[Key] | None) -> None:
         """The derived run's own copy of array ``name`` to rewrite tiles of. Chunk by chunk
@@ -712,7 +685,7 @@ class _Derived:
             inter = cb.intersect(box)
             here, there = inter.relative_to(cb), inter.relative_to(box)
             new = np.asarray(block[there], dtype=files.dtype)
-            span = _span(inter, cb, files.chunks)
+            span = arrays.item_span(inter, cb, files.chunks)
             entry = self.new_chunks.get((name, k))
             if entry is None:
                 old = self.old_entry(name, k, span)
