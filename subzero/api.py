@@ -215,13 +215,16 @@ class Run:
 
     def replay(self, array: str, cells: Any, value: Any = None, values: Any = None,
                nan: bool = False, to: str | Sequence[str] | None = None,
-               where: str = "auto", quiet: bool | None = None) -> "Run":
+               where: str = "auto", quiet: bool | None = None, compare_all: bool = False
+               ) -> "Run":
         """What if ``cells`` of ``array`` (coordinates, a bool mask or a :class:`Box`) had
         held ``value`` (one for all), ``values`` (one per cell, C order of the cells) or
         NaN (``nan=True``)? Recomputes only the tiles the change reaches (forward lineage
         of this run) and returns the new run derived from this one; its ``replayed`` says
         which cells of each array changed and how much was recomputed. ``to``: replay only
-        what these arrays need. This run is never modified.
+        what these arrays need. An intermediate recomputed whole whose values are noisy
+        (everything after a changed mean) is not compared with this run's, its ``changed``
+        None, unless ``compare_all``. This run is never modified.
 
         >>> new = run.replay("exp1", subzero.Box((500, 200), (510, 210)), value=0)  # doctest: +SKIP
         >>> new.replayed.array_result("clust").changed                              # doctest: +SKIP
@@ -248,7 +251,7 @@ class Run:
             spark = get_spark(None, layout.logs_dir(self.home), notify=None if quiet else say)
         res = replay_run(self.loaded, array, mask, vals, reach, to=targets or None,
                          value_text=text, spark=spark, where=where,
-                         notify=None if quiet else say, catalog=cat)
+                         notify=None if quiet else say, catalog=cat, compare_all=compare_all)
         # the derived run's workflow is a copy of this run's
         loaded = load_run(self.home, res.run, catalog=cat, workflow=wf)
         out = Run(loaded, requested=res.run)

@@ -49,7 +49,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
                   nan=args.nan)
     try:
         new = run.replay(args.from_, mask, value=args.set, values=values, nan=args.nan,
-                         to=args.to, where=args.where, quiet=args.json or None)
+                         to=args.to, where=args.where, quiet=args.json or None,
+                         compare_all=args.compare_all)
     finally:
         run.close()
     res = new.replayed
@@ -64,10 +65,14 @@ def _report(res: ReplayResult) -> None:
     first = res.arrays[0]
     print(f"run {res.run}: replay of run {res.parent} ({res.workflow}), {res.cells} cells of "
           f"{res.array} set to {res.value} ({first.changed} changed)")
-    rows = [(a.name, a.reached, a.changed, f"{a.tiles}/{a.tiles_total}", a.recomputed,
-             f"{a.elapsed_s * 1000:.1f}") for a in res.arrays[1:]]
+    rows = [(a.name, a.reached, "-" if a.changed is None else a.changed,
+             f"{a.tiles}/{a.tiles_total}", a.recomputed, f"{a.elapsed_s * 1000:.1f}")
+            for a in res.arrays[1:]]
     if rows:
         print(table(rows, ("array", "reached", "changed", "tiles", "recomputed_cells", "ms")))
+    if any(a.changed is None for a in res.arrays):
+        print("changed '-': recomputed whole and not compared with the parent's "
+              "(--compare-all counts them)")
     for name in res.outputs:
         a = res.array_result(name)
         n = a.changed if a is not None else 0
@@ -99,6 +104,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     s.add_argument("--nan", action="store_true", help="set the cells to NaN (float arrays)")
     s.add_argument("--to", nargs="+", action="extend", metavar="ARRAY",
                    help="replay only what these arrays need (default: everything downstream)")
+    s.add_argument("--compare-all", action="store_true",
+                   help="count the changed cells of every array (by default an intermediate "
+                   "recomputed whole, with noisy values, is not compared)")
     s.add_argument("--where", default="auto", choices=("auto", "driver", "spark"),
                    help="where recomputed tiles run (default: Spark only for large operators "
                    "when a session is running)")

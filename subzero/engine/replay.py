@@ -8,7 +8,9 @@ input ``i`` reach (the caller answers with the run's own lineage, :mod:`subzero.
 recomputes only the tiles holding those cells with the run's tasks
 (:func:`subzero.engine.tasks.run_task`, capturing lineage with the operator's strategies),
 and compares the recomputed cells with the original: only the cells whose value really
-changed go on to the next operator. Sound lineage makes the result equal, bit for bit, to
+changed go on to the next operator. (An intermediate recomputed whole, by an operator that
+is not global, whose values are noisy is not compared unless asked: its cells all go on,
+see :meth:`_Derived.compares`.) Sound lineage makes the result equal, bit for bit, to
 a full run on the changed data: a cell outside the forward lineage of every changed cell
 cannot change.
 
@@ -95,7 +97,7 @@ class ArrayReplay:
     name: str
     shape: tuple[int, ...]
     reached: int  # cells the forward lineage of the changes reached
-    changed: int  # cells whose value differs from the parent's
+    changed: int | None  # cells whose value differs from the parent's (None: not compared)
     tiles: int  # tiles recomputed
     tiles_total: int  # task chunks of a full run
     recomputed: int  # cells recomputed
@@ -104,7 +106,8 @@ class ArrayReplay:
 
     def to_json(self) -> dict[str, Any]:
         return {"array": self.name, "shape": list(self.shape), "reached": self.reached,
-                "changed": self.changed, "tiles": self.tiles, "tiles_total": self.tiles_total,
+                "changed": self.changed, "compared": self.changed is not None,
+                "tiles": self.tiles, "tiles_total": self.tiles_total,
                 "recomputed_cells": self.recomputed, "elapsed_s": self.elapsed_s,
                 "cells": self.cells}
 
@@ -456,6 +459,10 @@ class _Derived:
     rid: str
     home: Path
     cat: Catalog
+    #: the arrays whose changed cells are reported (always compared with the parent's)
+    outputs: frozenset[str] = frozenset()
+    #: compare every recomputed array with the parent's (see :meth:`compares`)
+    compare_all: bool = False
     recomputed: dict[str, set[str]] = field(default_factory=dict)  # op -> chunk keys
     shard_rows: list[dict[str, Any]] = field(default_factory=list)
     #: shards being written in the background: (operator, the task's shard statistics)
@@ -574,6 +581,8 @@ class _Derived:
             for src in (*wf.nodes[name].inputs, name):
                 if src in seen or (src in needed and src != name):
                     continue
+                if src == name and not self.compares(name, whole):
+                    continue
                 seen.add(src)
                 files = self.parent_files(src)
                 if files is None:
@@ -583,6 +592,26 @@ class _Derived:
                 elif box is not None and files.shape == wf.array_shape(start):
                     self.prefetch(src, files.keys(box), steps[name],
                                   None if src in read_whole else box)
+
+    def compares(self, name: str, whole: bool) -> bool:
+        """Whether the replay compares its recomputed values of ``name`` with the parent's
+        (``whole``: every cell recomputed). It does unless ``name`` is recomputed whole by
+        an operator that is not global, is not an output, and whose parent's chunks are
+        noisy (stored raw, see :meth:`level`): an array recomputed whole because an input
+        changed whole (everything after a changed mean) changes nearly everywhere, so the
+        comparison would narrow nothing downstream, while decoding the parent's noisy
+        chunks and comparing them cost a third of such a replay's time. Its cells are then
+        counted as changed (a superset: what it reaches is recomputed, and equals a full
+        run all the same) and its count is not reported. A global operator's output is
+        compared (unchanged, it stops the replay), an output is (the answer), and so is a
+        mask or any array that compresses well (cheap to decode; unchanged chunks are then
+        linked to the parent's, not written)."""
+        if self.compare_all or not whole or name in self.outputs:
+            return True
+        if self.parent.workflow.ops[name].parallelism.kind == "global":
+            return True
+        files = self.parent_files(name)
+        return files is None or any(self.level(name, k) for k in files.keys())
 
     def old_entry(self, name: str, key: Key, span: tuple[int, int] | None = None) -> Any:
         """The parent's chunk ``key`` of ``name`` as held (an array or a
@@ -667,11 +696,13 @@ class _Derived:
         self.present.add(name)
         self.written.add(name)
 
-    def store(self, name: str, box: Box, block: np.ndarray) -> np.ndarray | None:
+    def store(self, name: str, box: Box, block: np.ndarray, compare: bool = True
+              ) -> np.ndarray | None:
         """Record the recomputed cells ``box`` of ``name`` (written by :meth:`flush`, or
         now in the background through zarr). Chunk by chunk, returns which cells of
         ``box`` differ from the parent's (compared as each chunk is patched; None through
-        zarr: the caller compares)."""
+        zarr: the caller compares). Without ``compare``, a block that is a whole chunk is
+        kept without reading the parent's (its cells in the result: True)."""
         files = self.fast.get(name)
         if files is None:
             self.writes.setdefault(name, []).append(
@@ -687,7 +718,12 @@ class _Derived:
             new = np.asarray(block[there], dtype=files.dtype)
             span = arrays.item_span(inter, cb, files.chunks)
             entry = self.new_chunks.get((name, k))
-            if entry is None:
+            if entry is None and not compare and cb == box:
+                entry = np.ascontiguousarray(block, dtype=files.dtype)
+                self.held += entry.nbytes
+                self.new_chunks[(name, k)] = entry
+                chunk, diff = entry, np.ones(box.shape, dtype=bool)
+            elif entry is None:
                 old = self.old_entry(name, k, span)
                 diff = differs(_values(old, span)[here], new)
                 if cb == box:  # the block is the whole chunk (no other tile touches it)
@@ -860,12 +896,13 @@ def _recompute(d: _Derived, name: str, reach: Frontier | None, spark: Any, where
     for src in node.inputs:
         d.ensure(src)
     whole = cells == _cells(op.out_shape)
+    compare = d.compares(name, whole)
     use_spark = where == "spark" or (where == "auto" and spark is not None
                                      and cells > SPARK_CELLS and len(tiles) > 1)
     files = None if use_spark else d.parent_files(name)
     rewrite = None if files is None else {k for _, b in tiles for k in files.keys(b)}
     d.copy(name, whole=whole, rewrite=rewrite)
-    if rewrite:  # the parent's chunks: to compare with (and to patch, for part of one)
+    if rewrite and compare:  # the parent's chunks: to compare with (and to patch)
         d.prefetch(name, sorted(rewrite))
     jobs = make_jobs(d.home, d.rid, op, [d.path(s) for s in node.inputs],
                      d.path(name) if use_spark else None, tiles, stored,
@@ -877,11 +914,13 @@ def _recompute(d: _Derived, name: str, reach: Frontier | None, spark: Any, where
         raise_task_error(name, results)
         # read back one block at a time: a large operator's blocks are never all held
         blocks: Any = ((j.chunk.out_box, arrays.read_box(d.path(name), j.chunk.out_box))
-                       for j in jobs)
+                       for j in jobs) if compare else ()
     else:
-        results, blocks = _run_here(d, op, node.inputs, jobs, cells), []
+        results, blocks = _run_here(d, op, node.inputs, jobs, cells, compare), []
         for res in results:
             box, block, diff = res.pop("block")
+            if not compare:
+                continue
             if diff is None:
                 blocks.append((box, block))
             else:  # compared as it was stored
@@ -890,7 +929,8 @@ def _recompute(d: _Derived, name: str, reach: Frontier | None, spark: Any, where
         old = d.old_box(name, box)
         parts.append((box, differs(old, np.asarray(new, dtype=old.dtype)
                                    if old.dtype.kind not in "UOT" else new)))
-    changed = _changes(op.out_shape, parts)
+    # not compared: recomputed whole, every cell counted as changed (see _Derived.compares)
+    changed = _changes(op.out_shape, parts) if compare else Frontier.everything(op.out_shape)
     d.flush(name, changed)
     if use_spark:  # a retried task may have left a shard it did not publish
         for s in stored:
@@ -904,16 +944,16 @@ def _recompute(d: _Derived, name: str, reach: Frontier | None, spark: Any, where
     d.recomputed[name] = {chunk_key(idx) for idx, _ in tiles} if stored else set()
     # the tiles hold every reached cell
     return ArrayReplay(name, tuple(op.out_shape), cells if reach is None else reach.n,
-                       changed.n, len(tiles), len(grid), cells, time.perf_counter() - t0,
-                       _few(changed)), changed
+                       changed.n if compare else None, len(tiles), len(grid), cells,
+                       time.perf_counter() - t0, _few(changed) if compare else None), changed
 
 
-def _run_here(d: _Derived, op: Any, inputs: Sequence[str], jobs: Sequence[Any], cells: int
-              ) -> list[dict[str, Any]]:
+def _run_here(d: _Derived, op: Any, inputs: Sequence[str], jobs: Sequence[Any], cells: int,
+              compare: bool = True) -> list[dict[str, Any]]:
     """Run the tiles in this process (several at once on threads when they are large),
     every input block from :meth:`_Derived.new_box`; each result carries its output
     ``block`` (box, values as a run stores them, and which differ from the parent's or
-    None), also stored in the derived run."""
+    None), also stored in the derived run (``compare``: see :meth:`_Derived.store`)."""
 
     parents = d.parent_shards(op.name) if any(j.strategies for j in jobs) else {}
     digests = d.parent.memo.setdefault(("digests", op.name), {})
@@ -940,7 +980,7 @@ def _run_here(d: _Derived, op: Any, inputs: Sequence[str], jobs: Sequence[Any], 
         block = np.asarray(block)
         if block.dtype != op.out_dtype and op.out_dtype.kind not in "UOT":
             block = block.astype(op.out_dtype)  # as a run stores it
-        res["block"] = (box, block, d.store(op.name, box, block))
+        res["block"] = (box, block, d.store(op.name, box, block, compare))
     return done
 
 
@@ -1083,14 +1123,15 @@ def replay_run(parent: LoadedRun, array: str, mask: np.ndarray, values: np.ndarr
                reach: Reach, to: Sequence[str] | None = None, value_text: str = "",
                spark: Any = None, where: str = "auto",
                notify: Callable[[str], None] | None = None,
-               catalog: Catalog | None = None) -> ReplayResult:
+               catalog: Catalog | None = None, compare_all: bool = False) -> ReplayResult:
     """Replay ``parent`` with the cells ``mask`` of ``array`` set to ``values`` (one per
     cell, C order); returns the derived run's :class:`ReplayResult` (see the module
     docstring). ``to`` limits the replay to the operators those arrays need (the others
     the change reaches are left out of the derived run). ``where``: ``"auto"`` (Spark for
     operators with more than :data:`SPARK_CELLS` cells to recompute, when ``spark`` is
     given), ``"driver"`` or ``"spark"``. ``catalog``: the home's catalog, when the caller
-    has it open (left open).
+    has it open (left open). ``compare_all``: count the changed cells of every array, also
+    of intermediates recomputed whole (see :meth:`_Derived.compares`).
     """
     if where not in ("auto", "driver", "spark"):
         raise ReplayError(f"where={where!r}: expected 'auto', 'driver' or 'spark'")
@@ -1111,7 +1152,7 @@ def replay_run(parent: LoadedRun, array: str, mask: np.ndarray, values: np.ndarr
     cat = catalog or Catalog(layout.catalog_path(home))
     t_start = time.perf_counter()
     rid = cat.create_derived_run(parent.id, derivation)
-    d = _Derived(parent, rid, home, cat)
+    d = _Derived(parent, rid, home, cat, outputs=frozenset(outputs), compare_all=compare_all)
     res = ReplayResult(rid, parent.id, wf.name, array, n, value_text, outputs=outputs,
                        parent_runtime_s=parent.info.get("runtime_s"))
     try:
