@@ -113,6 +113,17 @@ class ShardReader:
         q = None if out_lin is None else as_query(out_lin)
         return self.encoding.payload_pairs(self._data, q, deadline)
 
+    def payload_records(self, out_lin: np.ndarray, deadline: float | None = None,
+                        at: np.ndarray | None = None) -> Any:
+        """This shard's part of :meth:`payload_pairs` for the output cells ``out_lin``
+        (``at``: their coordinates), left for the encoding's ``pairs_from_records`` to
+        decode together with other shards' (encodings that have both, see
+        :class:`encoders.pay_one.PayOne`)."""
+        if self.full:
+            raise QueryError(f"shard {self.path} stores full lineage; use backward/forward")
+        check_deadline(deadline)
+        return self.encoding.payload_records(self._data, as_query(out_lin), deadline, at)
+
     def close(self) -> None:
         self._data.close()
 

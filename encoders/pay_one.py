@@ -13,6 +13,8 @@ True
 
 from __future__ import annotations
 
+from typing import NamedTuple, Sequence
+
 import numpy as np
 
 from encoders.base import EncodedShard, Encoding, ShardData, check_deadline
@@ -27,6 +29,15 @@ from subzero.lineage import PairBatch, ShardSpec
 from subzero.modes import Direction
 
 HEAP = "heap"
+
+
+class PayloadRecords(NamedTuple):
+    """What one shard holds for some output cells (:meth:`PayOne.payload_records`):
+    ``cells``, one row per record (the cells pointing at it), and ``records``, the
+    records' bytes (CSR, in the same order)."""
+
+    cells: Ragged
+    records: Ragged
 
 
 def group_cells_by_ref(cells: np.ndarray, refs: np.ndarray
@@ -73,24 +84,55 @@ class PayOne(Encoding):
 
     def payload_pairs(self, shard: ShardData, out_lin: np.ndarray | None,
                       deadline: float | None = None) -> PairBatch | None:
-        m = shard.meta
-        if m.get("empty"):
-            return None
         if out_lin is None:
+            if shard.meta.get("empty"):
+                return None
             got = list(cellindex.scan(shard, "k", deadline))
             cells = np.concatenate([c for c, _ in got]) if got else np.empty(0, np.uint64)
             refs = np.concatenate([r for _, r in got]) if got else np.empty(0, np.uint64)
+            found = self._records(shard, cells, refs, deadline)
         else:
-            if not touches(out_lin, m["key_spaces"]["k"], m["out_shape"]):
-                return None
-            cells, refs = cellindex.lookup(shard, "k", out_lin, deadline)
+            found = self.payload_records(shard, out_lin, deadline)
+        return None if found is None else self.pairs_from_records([found])
+
+    def payload_records(self, shard: ShardData, out_lin: np.ndarray,
+                        deadline: float | None = None, at: np.ndarray | None = None
+                        ) -> PayloadRecords | None:
+        """The shard's half of :meth:`payload_pairs` for the output cells ``out_lin``
+        (``at``: their coordinates, when known): the cells found, grouped by the record
+        they point at, and those records' bytes, not yet decoded; None when none is found.
+        :meth:`pairs_from_records` decodes the records of several shards at once (a
+        query's step meets several: one decoding instead of one per shard)."""
+        m = shard.meta
+        if m.get("empty") or not touches(out_lin, m["key_spaces"]["k"], m["out_shape"], at):
+            return None
+        cells, refs = cellindex.lookup(shard, "k", out_lin, deadline)
+        return self._records(shard, cells, refs, deadline)
+
+    @staticmethod
+    def _records(shard: ShardData, cells: np.ndarray, refs: np.ndarray,
+                 deadline: float | None) -> PayloadRecords | None:
         if len(cells) == 0:
             return None
         check_deadline(deadline)
         uref, c, coff = group_cells_by_ref(cells, refs)
         body, boff = cellindex.read_records(shard.blob(HEAP), uref)
+        return PayloadRecords(Ragged(c, coff), Ragged(body, boff))
+
+    @staticmethod
+    def pairs_from_records(found: Sequence[PayloadRecords]) -> PairBatch | None:
+        """The payload pairs of the records :meth:`payload_records` found, of one shard
+        or several (the shards' pairs one after the other, as :meth:`PairBatch.concat` of
+        each shard's :meth:`payload_pairs`): every record's payload section decoded in one
+        pass (a record ends its varints, whatever heap it came from)."""
+        found = [f for f in found if f is not None]
+        if not found:
+            return None
+        cells = Ragged.concat([f.cells for f in found])
+        records = Ragged.concat([f.records for f in found])
+        body, boff = records.values, records.offsets
         tok, toff, ends = cellindex.record_tokens(body, boff)
         npay, payloads = read_section(body, tok, ends, toff[:-1])
-        rows = np.repeat(np.arange(len(uref)), npay)
-        ov, oo = take_rows(c, coff, rows)
+        rows = np.repeat(np.arange(len(boff) - 1), npay)
+        ov, oo = take_rows(cells.values, cells.offsets, rows)
         return PairBatch(Ragged(ov, oo), payload=payloads)

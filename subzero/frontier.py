@@ -138,11 +138,17 @@ class Frontier:
             return bool(self._mask[box.slices].any())
         if not len(self._lin):
             return False
-        c = self._coords
-        if c is None:  # worked out once: a step asks about every shard's box
-            c = self._coords = to_coords(self._lin, self.shape)
+        c = self.coords()
         return bool(((c >= np.asarray(box.lo, dtype=np.int64))
                      & (c < np.asarray(box.hi, dtype=np.int64))).all(axis=1).any())
+
+    def coords(self) -> np.ndarray:
+        """The cells' ``(n, ndim)`` coordinates, in :attr:`lin` order; worked out once
+        (a step asks about every shard's box)."""
+        c = self._coords
+        if c is None:
+            c = self._coords = to_coords(self.lin, self.shape)
+        return c
 
     def union(self, other: "Frontier") -> "Frontier":
         for x, y in ((self, other), (other, self)):

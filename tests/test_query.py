@@ -329,3 +329,42 @@ def test_touched_tiles_are_the_grid_tiles_holding_a_frontier_cell(shape, tile):
         mask = rng.random(shape) < density
         expected = [b for _, b in chunk_grid(shape, tile) if mask[b.slices].any()]
         assert touched_boxes(mask, tile) == expected
+
+
+def test_a_payload_step_decodes_its_shards_records_together(homes, encoded_runs,
+                                                            monkeypatch):
+    """A backward payload step over several shards asks each for the frontier's cells in
+    its output chunk and decodes all their records in one pass: the same pairs, in the
+    same order, as each shard's ``payload_pairs`` one after the other. A decoding error
+    in the joint pass reads the shards one by one again, where an intact shard's error is
+    raised as it is (a bug, not damage)."""
+    import subzero.query.stored as stored
+    from encoders.pay_one import PayOne
+    from subzero.frontier import Frontier
+
+    home, runs = encoded_runs
+    flared = _flared_cells(homes)
+    for s in ("pay-one-bwd", "comp-one-bwd"):
+        q = QueryExecutor(load_run(home, runs[("flares", s)]), log=False)
+        readers = [q.readers.reader(row) for row in q.choice.shards[("flare", s)]]
+        assert len(readers) > 1 and all(isinstance(r.encoding, PayOne) for r in readers)
+        shape = q.run.op("flare").out_shape
+        lin = np.unique(np.concatenate([
+            np.ravel_multi_index(tuple(flared.T), shape),
+            np.random.default_rng(1).choice(int(np.prod(shape)), 30, replace=False)]))
+        f = Frontier(shape, lin=lin.astype(np.uint64))
+        assert f.sparse
+        together = stored._payload_pairs(readers, f.lin, f, None)
+        with monkeypatch.context() as m:
+            m.setattr(stored, "_payload_pairs_together", lambda *a: NotImplemented)
+            alone = stored._payload_pairs(readers, f.lin, f, None)
+        assert together is not None and len(together) > 0
+        for a, b in ((together.out, alone.out), (together.payload, alone.payload)):
+            assert a.values.tolist() == b.values.tolist()
+            assert a.offsets.tolist() == b.offsets.tolist()
+        with monkeypatch.context() as m:
+            def broken(found):
+                raise ValueError("bad section")
+            m.setattr(PayOne, "pairs_from_records", staticmethod(broken))
+            with pytest.raises(ValueError, match="bad section"):
+                stored._payload_pairs(readers, f.lin, f, None)

@@ -13,7 +13,6 @@ from typing import Sequence
 import numpy as np
 
 from subzero.cells import strides
-from subzero.frontier import clip_range
 
 
 def coords(lin: np.ndarray, shape: Sequence[int]) -> np.ndarray:
@@ -68,16 +67,20 @@ def lin_range_box(values: np.ndarray, shape: Sequence[int]) -> dict:
             "hi": (c.max(axis=0) + 1).tolist() if len(shape) else []}
 
 
-def touches(q: np.ndarray, space: dict, shape: Sequence[int]) -> bool:
-    """Whether sorted cells ``q`` can meet a key space (range, then box test)."""
+def touches(q: np.ndarray, space: dict, shape: Sequence[int],
+            at: np.ndarray | None = None) -> bool:
+    """Whether sorted cells ``q`` can meet a key space (range, then box test); ``at``:
+    their coordinates, when the caller has them."""
     if not space or not space.get("count"):
         return False
-    q = clip_range(q, space["lin"][0], space["lin"][1])
-    if len(q) == 0:
+    a, b = (int(x) for x in np.searchsorted(q, np.array(space["lin"], dtype=np.uint64),
+                                            side="left"))
+    b += int(b < len(q) and q[b] == np.uint64(space["lin"][1]))  # the range is inclusive
+    if a == b:
         return False
     if len(shape) < 2:
         return True
-    c = coords(q, shape)[:, :len(shape)]
+    c = (coords(q[a:b], shape) if at is None else at[a:b])[:, :len(shape)]
     inside = ((c >= np.asarray(space["lo"])) & (c < np.asarray(space["hi"]))).all(axis=1)
     return bool(inside.any())
 

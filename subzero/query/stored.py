@@ -146,6 +146,10 @@ def read_full(readers: Sequence[ShardReader], f: Frontier, i: int, backward: boo
 
 def _payload_pairs(readers: Sequence[ShardReader], q: np.ndarray | None,
                    f: Frontier | None, deadline: float | None) -> PairBatch | None:
+    if q is not None and f is not None and f.sparse and len(readers) > 1:
+        got = _payload_pairs_together(readers, f, deadline)
+        if got is not NotImplemented:
+            return got
     batches = []
     for reader in readers:
         if f is not None and not f.meets(reader.out_box):
@@ -154,6 +158,38 @@ def _payload_pairs(readers: Sequence[ShardReader], q: np.ndarray | None,
         if b is not None and len(b):
             batches.append(b)
     return PairBatch.concat(batches)
+
+
+def _payload_pairs_together(readers: Sequence[ShardReader], f: Frontier,
+                             deadline: float | None) -> Any:
+    """The payload pairs of the sparse frontier ``f``'s cells from several shards, as
+    :func:`_payload_pairs` gives them, with their records decoded in one pass: each shard
+    is asked only for the cells in its output chunk, and gives its records undecoded
+    (``payload_records``); the encoding decodes them all at once (``pairs_from_records``).
+    A step meeting 16 shards costs one decoding instead of 16 (BQ0 at 64x the cells of an
+    exposure). NotImplemented for an encoding without the two halves. Should the joint
+    decoding fail, the shards are read one by one again, so that the damaged one is named.
+    """
+    kind = type(readers[0].encoding)
+    if not hasattr(kind, "pairs_from_records") or any(
+            type(r.encoding) is not kind for r in readers):
+        return NotImplemented
+    lin, at = f.lin, f.coords()
+    lo = np.array([r.out_box.lo for r in readers], dtype=np.int64)
+    hi = np.array([r.out_box.hi for r in readers], dtype=np.int64)
+    # which cells lie in which shard's output chunk: (cells, shards), at once
+    inside = ((at[:, None, :] >= lo[None]) & (at[:, None, :] < hi[None])).all(axis=2)
+    found, asked = [], []
+    for s in np.flatnonzero(inside.any(axis=0)).tolist():
+        reader, mine = readers[s], inside[:, s]
+        rec = reader.payload_records(lin[mine], deadline, at[mine])
+        asked.append((reader, lin[mine]))
+        if rec is not None:
+            found.append(rec)
+    try:
+        return kind.pairs_from_records(found)
+    except DECODE_ERRORS:
+        return PairBatch.concat([reader.payload_pairs(q, deadline) for reader, q in asked])
 
 
 def read_payload(readers: Sequence[ShardReader], op: Operator, i: int, backward: bool,

@@ -21,7 +21,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from encoders import store
 from encoders.layouts import fewcells
+from encoders.layouts.keyspace import coords
 from encoders.lookup import LookupTimeout, open_shard
+from encoders.registry import encoding_class
 from encoders.sink import make_sink
 from subzero.cells import Box
 from subzero.engine.layout import shard_spec
@@ -194,6 +196,41 @@ class EncodingConformance:
                     assert read_payload(r.payload_pairs(None)) == brute_payload(pairs, None)
                 else:
                     check_full_lookups(r, pairs, q, in_shapes, data)
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
+
+    @settings(SETTINGS, max_examples=15)
+    @given(data=st.data(), out_shape=shapes, n=st.integers(1, 3))
+    def test_records_of_several_shards_decode_together(self, data, out_shape, n):
+        """An encoding that splits ``payload_pairs`` into ``payload_records`` (each
+        shard's records for the cells, undecoded) and ``pairs_from_records`` (decoding
+        several shards' at once, as a query step does): exactly the shards' own
+        ``payload_pairs`` one after the other, with or without the cells' coordinates."""
+        kind = encoding_class(Strategy.parse(self.strategy).encoding)
+        if not hasattr(kind, "pairs_from_records"):
+            pytest.skip(f"{kind.__name__} has no payload records to decode together")
+        home = tempfile.mkdtemp(prefix="sz-conf-")
+        try:
+            readers = []
+            for k in range(n):
+                pairs = data.draw(region_pairs(out_shape, [out_shape], True))
+                stats = write_shard(home, self.strategy, pairs, out_shape, [out_shape],
+                                    chunk=(k,))
+                readers.append(open_shard(stats["path"]))
+            q = data.draw(queries(out_shape))
+            at = coords(q, out_shape)[:, :len(out_shape)]
+            want = PairBatch.concat([r.payload_pairs(q) for r in readers])
+            for given_at in (None, at):
+                got = kind.pairs_from_records([r.payload_records(q, None, given_at)
+                                               for r in readers])
+                assert (got is None) == (want is None)
+                if want is not None:
+                    assert got.out.values.tolist() == want.out.values.tolist()
+                    assert got.out.offsets.tolist() == want.out.offsets.tolist()
+                    assert got.payload.values.tolist() == want.payload.values.tolist()
+                    assert got.payload.offsets.tolist() == want.payload.offsets.tolist()
+            for r in readers:
+                r.close()
         finally:
             shutil.rmtree(home, ignore_errors=True)
 
