@@ -722,7 +722,7 @@ class _Derived:
                 entry = np.ascontiguousarray(block, dtype=files.dtype)
                 self.held += entry.nbytes
                 self.new_chunks[(name, k)] = entry
-                chunk, diff = entry, np.ones(box.shape, dtype=bool)
+                chunk, diff = entry, np.broadcast_to(np.True_, box.shape)
             elif entry is None:
                 old = self.old_entry(name, k, span)
                 diff = differs(_values(old, span)[here], new)
