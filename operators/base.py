@@ -111,12 +111,22 @@ def box_neighbours(
     n = len(coords)
     if n == 0:
         return Ragged.empty()
-    grids = np.meshgrid(*[np.arange(-r, r + 1, dtype=np.int64) for r in radius], indexing="ij")
-    offsets = [g.reshape(-1) for g in grids]  # per axis, (m,)
-    m = len(offsets[0])
     strides = np.ones(ndim, dtype=np.int64)
     for d in range(ndim - 2, -1, -1):
         strides[d] = strides[d + 1] * shape[d + 1]
+    if not wrap:  # each axis's positions once, (n, k) per axis, combined by broadcasting
+        lin_b = np.zeros((n,) + (1,) * ndim, dtype=np.int64)
+        ok_b = np.ones((n,) + (1,) * ndim, dtype=bool)
+        for d, r in enumerate(radius):
+            pos = coords[:, d, None] + np.arange(-r, r + 1, dtype=np.int64)
+            view = (n,) + (1,) * d + (2 * r + 1,) + (1,) * (ndim - d - 1)
+            lin_b = lin_b + (pos * strides[d]).reshape(view)
+            ok_b = ok_b & ((pos >= 0) & (pos < shape[d])).reshape(view)
+        lin2, ok2 = lin_b.reshape(n, -1), ok_b.reshape(n, -1)
+        return Ragged.from_lengths(lin2[ok2].astype(np.uint64), ok2.sum(axis=1))
+    grids = np.meshgrid(*[np.arange(-r, r + 1, dtype=np.int64) for r in radius], indexing="ij")
+    offsets = [g.reshape(-1) for g in grids]  # per axis, (m,)
+    m = len(offsets[0])
     lin = np.zeros((n, m), dtype=np.int64)
     valid = np.ones((n, m), dtype=bool)
     for d in range(ndim):

@@ -743,10 +743,11 @@ def cr_lineage(cells: np.ndarray, paths: np.ndarray, masks: np.ndarray, shape: S
     return Ragged.from_lengths(lin.astype(np.uint64), np.bincount(rid, minlength=n))
 
 
-def _cr_pieces(cells: np.ndarray, paths: np.ndarray, masks: np.ndarray, shape: Shape
-               ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def _cr_pieces(cells: np.ndarray, paths: np.ndarray, masks: np.ndarray, shape: Shape,
+               which: bool = True) -> Iterator[tuple[np.ndarray | None, np.ndarray]]:
     """``(candidate row, input linear index)`` pieces of :func:`cr_lineage` (repeats
-    included): each box of a path, and the cell masks."""
+    included): each box of a path, and the cell masks. Without ``which``, the rows are
+    None (a union needs only the cells)."""
     has = masks != 0
     for radius in np.unique(paths[~has, 0]):
         rows = np.flatnonzero(~has & (paths[:, 0] == radius))
@@ -760,7 +761,8 @@ def _cr_pieces(cells: np.ndarray, paths: np.ndarray, masks: np.ndarray, shape: S
                 if not moved.any():
                     continue
             boxes = box_neighbours(centre[moved], (int(radius),) * 2, shape)
-            yield rows[moved][boxes.row_ids()], boxes.values.astype(np.int64)
+            yield (rows[moved][boxes.row_ids()] if which else None,
+                   boxes.values.astype(np.int64))
     rows = np.flatnonzero(has)
     if len(rows):
         bits = ((masks[rows, None].astype(np.int64) >> np.arange(25)[None, :]) & 1).astype(bool)
@@ -768,7 +770,8 @@ def _cr_pieces(cells: np.ndarray, paths: np.ndarray, masks: np.ndarray, shape: S
         yy = cells[rows, 0, None].astype(np.int64) + (dy - 2)[None, :]
         xx = cells[rows, 1, None].astype(np.int64) + (dx - 2)[None, :]
         ok = bits & (yy >= 0) & (yy < shape[0]) & (xx >= 0) & (xx < shape[1])
-        yield np.broadcast_to(rows[:, None], ok.shape)[ok], (yy * shape[1] + xx)[ok]
+        yield (np.broadcast_to(rows[:, None], ok.shape)[ok] if which else None,
+               (yy * shape[1] + xx)[ok])
 
 
 def _decode_path(payload: bytes) -> tuple[int, list[tuple[int, int]]]:
@@ -842,7 +845,8 @@ def _rows_union(outcells: np.ndarray, rows: np.ndarray, shape: Shape) -> np.ndar
     if dec is None:
         return None
     cells, paths, masks, some = dec
-    lins = [lin for _, lin in _cr_pieces(cells[some], paths[some], masks[some], shape)]
+    lins = [lin for _, lin in _cr_pieces(cells[some], paths[some], masks[some], shape,
+                                         which=False)]
     return np.concatenate(lins).astype(np.uint64) if lins else np.empty(0, np.uint64)
 
 

@@ -73,8 +73,11 @@ def touched_boxes_lin(lin: np.ndarray, shape: Sequence[int], tile: Sequence[int]
     shape, tile = tuple(int(s) for s in shape), tuple(int(t) for t in tile)
     if not shape:
         return [Box((), ())] if len(lin) else []
-    idx = np.unique(to_coords(lin, shape) // np.asarray(tile, dtype=np.int64), axis=0)
-    return _tile_boxes(idx, shape, tile)
+    grid = tuple(-(-n // t) for n, t in zip(shape, tile))
+    at = to_coords(lin, shape) // np.asarray(tile, dtype=np.int64)
+    # one key per tile (1-d: np.unique over rows sorts them as structured values, slowly)
+    keys = np.unique(np.ravel_multi_index(tuple(at.T), grid))
+    return _tile_boxes(np.stack(np.unravel_index(keys, grid), axis=1), shape, tile)
 
 
 def _tile_boxes(idx: np.ndarray, shape: Sequence[int], tile: Sequence[int]) -> list[Box]:

@@ -177,8 +177,11 @@ def _payload_pairs_together(readers: Sequence[ShardReader], f: Frontier,
     lin, at = f.lin, f.coords()
     lo = np.array([r.out_box.lo for r in readers], dtype=np.int64)
     hi = np.array([r.out_box.hi for r in readers], dtype=np.int64)
-    # which cells lie in which shard's output chunk: (cells, shards), at once
-    inside = ((at[:, None, :] >= lo[None]) & (at[:, None, :] < hi[None])).all(axis=2)
+    # which cells lie in which shard's output chunk: (cells, shards), an axis at a time
+    inside = np.ones((len(lin), len(readers)), dtype=bool)
+    for ax in range(at.shape[1]):
+        c = at[:, ax, None]
+        inside &= (c >= lo[None, :, ax]) & (c < hi[None, :, ax])
     found, asked = [], []
     for s in np.flatnonzero(inside.any(axis=0)).tolist():
         reader, mine = readers[s], inside[:, s]
