@@ -29,11 +29,13 @@ from subzero.frontier import start_frontier
 from subzero.workflow import Workflow
 from tests.conftest import ROOT
 
-# workflow -> (build parameters, strategy, chunks per axis)
+# parent -> (build parameters, strategy, chunking); the workflow is the name before "-"
 PARENTS = {
-    "example": ({"shape": "160x96"}, "subzero", (4, 2)),
-    "astronomy": ({"shape": "160x96", "seed": 3}, "subzero", (4, 2)),
+    "example": ({"shape": "160x96"}, "subzero", Chunking(split=(4, 2))),
+    "astronomy": ({"shape": "160x96", "seed": 3}, "subzero", Chunking(split=(4, 2))),
     "genomics": ({"scale": 3, "patients": 40}, "full-one", None),
+    # the table in 4 x 16 chunks (one chunk by default): its chunk borders
+    "genomics-chunked": ({"scale": 3, "patients": 40}, "full-one", Chunking(chunks=(4, 16))),
 }
 
 
@@ -55,10 +57,9 @@ def parents(spark, tmp_path_factory):
 
     def get(name: str):
         if name not in made:
-            params, strategy, split = PARENTS[name]
-            wf = workflows.build(name, **params)
-            res = run_workflow(wf, home, strategy=strategy, spark=spark,
-                               chunking=Chunking(split=split) if split else None)
+            params, strategy, chunking = PARENTS[name]
+            wf = workflows.build(name.split("-")[0], **params)
+            res = run_workflow(wf, home, strategy=strategy, spark=spark, chunking=chunking)
             made[name] = Home(home).get(res.run)
         return made[name]
 
@@ -107,6 +108,7 @@ CASES = [
     ("astronomy", "flatcorrect2", Box((100, 10), (103, 13)), -50.0, "global operator's input"),
     ("astronomy", "rmcr", Box((60, 30), (66, 36)), 5000.0, "global operator's input"),
     ("genomics", "table", Box((3, 10), (6, 30)), "0.0", "middle"),
+    ("genomics-chunked", "table", Box((3, 15), (5, 17)), "0.0", "chunk border"),
     ("genomics", "transpose", Box((0, 0), (120, 2)), "9.5", "global operator's input"),
 ]
 
@@ -117,6 +119,9 @@ CASES = [
 def test_replay_equals_a_full_run_on_the_changed_data(parents, spark, tmp_path, wf_name,
                                                       array, cells, value, where):
     run = parents(wf_name)
+    if where == "chunk border":  # the cells do lie in more than one chunk
+        corners = np.array([cells.lo, np.subtract(cells.hi, 1)])
+        assert len({tuple(k) for k in corners // np.asarray(run.loaded.chunks(array))}) > 1
     before = _digest(run.home / "runs" / run.id)
     new = run.replay(array, cells, value=value, quiet=True)
     assert _digest(run.home / "runs" / run.id) == before  # the parent is untouched
