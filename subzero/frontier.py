@@ -294,6 +294,16 @@ DENSE_BYTES_PER_CELL = 64   # mask bytes allowed per query cell
 
 def clip_range(q: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """The part of sorted ``q`` inside ``[lo, hi]``."""
-    a = np.searchsorted(q, np.uint64(lo), side="left")
-    b = np.searchsorted(q, np.uint64(hi), side="right")
+    a, b = clip_span(q, lo, hi)
     return q[a:b]
+
+
+def clip_span(q: np.ndarray, lo: int, hi: int) -> tuple[int, int]:
+    """Where the part of sorted ``q`` inside ``[lo, hi]`` starts and ends (``q[a:b]``), for
+    a caller slicing something aligned with ``q`` too.
+
+    >>> clip_span(np.array([1, 3, 5, 7], np.uint64), 3, 5)
+    (1, 3)
+    """
+    return (int(np.searchsorted(q, np.uint64(lo), side="left")),
+            int(np.searchsorted(q, np.uint64(hi), side="right")))

@@ -55,7 +55,7 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from operators import Binary, Cast, Copy, MaskReplace, MeanBroadcast, Reduce, Subarray
-from subzero.cells import Box
+from subzero.cells import Box, to_coords
 from subzero.engine.arrays import ChunkFiles
 from subzero.errors import WorkflowError
 from subzero.workflow import NamedQuery, Workflow, parse_shape_param
@@ -363,11 +363,11 @@ def _pick(run: Any, name: str, positive: bool, k: int, seed: int) -> np.ndarray:
     def hit(b: np.ndarray) -> np.ndarray:
         return b > 0 if positive else b.astype(bool)
 
-    counts, kept, shape = [], [], None
+    counts, kept, shape, rows = [], [], None, 0
     for r, b in _row_blocks(run, name):
         found = np.flatnonzero(hit(b))
         counts.append(len(found))
-        shape = b.shape[1:]
+        shape, rows = b.shape[1:], r + len(b)
         if kept is not None:
             kept.append(found + r * int(np.prod(shape, dtype=np.int64)))
             if sum(counts) > KEEP_HITS:
@@ -381,26 +381,17 @@ def _pick(run: Any, name: str, positive: bool, k: int, seed: int) -> np.ndarray:
     if shape is None:  # an array of no rows
         return np.zeros((0, 2), dtype=np.int64)
     if kept is not None:  # every cell found is at hand: no second pass
-        return _coords(np.concatenate([np.zeros(0, np.int64), *kept])[chosen], shape)
+        return to_coords(np.concatenate([np.zeros(0, np.int64), *kept])[chosen],
+                         (rows, *shape))
     out = [np.zeros((0, 2), dtype=np.int64)]
     starts = np.cumsum([0, *counts])
     where = np.searchsorted(starts, chosen, side="right") - 1  # each chosen cell's block
     for (r, b), i in zip(_row_blocks(run, name, only=set(where.tolist())), np.unique(where)):
         mine = chosen[where == i] - starts[i]
-        cells = _coords(np.flatnonzero(hit(b))[mine], b.shape[1:])
+        cells = to_coords(np.flatnonzero(hit(b))[mine], b.shape)
         cells[:, 0] += r
         out.append(cells)
     return np.concatenate(out)
-
-
-def _coords(lin: np.ndarray, row_shape: tuple[int, ...]) -> np.ndarray:
-    """Coordinates (one row per cell) of the row-major indices ``lin`` of an array whose
-    rows have shape ``row_shape``."""
-    lin = np.asarray(lin, dtype=np.int64)
-    if not row_shape:  # one-dimensional
-        return lin[:, None].copy()
-    rows, rest = np.divmod(lin, int(np.prod(row_shape, dtype=np.int64)))
-    return np.column_stack([rows, *np.unravel_index(rest, row_shape)]).astype(np.int64)
 
 
 # ---------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from subzero.cells import strides
+from subzero.frontier import clip_span
 
 
 def coords(lin: np.ndarray, shape: Sequence[int]) -> np.ndarray:
@@ -73,9 +74,7 @@ def touches(q: np.ndarray, space: dict, shape: Sequence[int],
     their coordinates, when the caller has them."""
     if not space or not space.get("count"):
         return False
-    a, b = (int(x) for x in np.searchsorted(q, np.array(space["lin"], dtype=np.uint64),
-                                            side="left"))
-    b += int(b < len(q) and q[b] == np.uint64(space["lin"][1]))  # the range is inclusive
+    a, b = clip_span(q, space["lin"][0], space["lin"][1])
     if a == b:
         return False
     if len(shape) < 2:

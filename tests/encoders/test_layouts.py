@@ -151,3 +151,25 @@ def test_lookup_into_a_mask_of_the_wrong_size_is_refused(tmp_path):
         into = np.zeros(64, bool)
         got = r.backward(np.arange(64, dtype=np.uint64), 0, into=into)
         assert got is None and into.all()  # a large answer lands in the mask
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_touches_is_the_brute_force_test_with_or_without_coordinates(seed):
+    """A key space (linear range and box of its keys) meets sorted query cells exactly when
+    one of them lies in both; given the cells' coordinates, the same answer."""
+    from encoders.layouts.keyspace import coords, lin_range_box, touches
+
+    rng = np.random.default_rng(seed)
+    for _ in range(500):
+        shape = tuple(int(n) for n in rng.integers(1, 25, 2))
+        size = shape[0] * shape[1]
+        q = np.unique(rng.integers(0, size, int(rng.integers(0, 9)))).astype(np.uint64)
+        keys = np.unique(rng.integers(0, size, int(rng.integers(0, 6)))).astype(np.uint64)
+        space = lin_range_box(keys, shape)
+        want = False
+        if len(keys) and len(q):
+            c = coords(q, shape)
+            in_box = ((c >= space["lo"]) & (c < space["hi"])).all(axis=1)
+            want = bool((in_box & (q >= keys.min()) & (q <= keys.max())).any())
+        assert touches(q, space, shape) == want
+        assert touches(q, space, shape, coords(q, shape)) == want
