@@ -86,7 +86,16 @@ def open_array(path: Path, mode: str = "r") -> Any:
 
 
 def write_block(path: Path, box: Box, block: np.ndarray) -> None:
-    """Write one block (a task's output chunk) into an existing array."""
+    """Write one block (a task's output chunk) into an existing array. A block that is
+    exactly one chunk of a numeric array goes straight to its chunk file
+    (:class:`ChunkFiles`: the bytes zarr would write, renamed into place once whole);
+    anything else through zarr."""
+    files = direct_files(path)
+    if files is not None:
+        key = files.key_of(box)
+        if key is not None:
+            files.write(key, block)
+            return
     arr = open_array(path, "r+")
     if _is_text(np.asarray(block).dtype):
         # C-contiguous: zarr 3.1.6 scrambles string chunks written from transposed or
@@ -162,8 +171,48 @@ def _read(path: Path, box: Box | None, step: Sequence[int] | None = None) -> np.
 def read_box(path: Path, box: Box, step: Sequence[int] | None = None) -> np.ndarray:
     """Read the cells of ``box`` from the array at ``path`` (a chunk missing or damaged:
     :class:`DamagedError`, never fill values in its place); with ``step``, every
-    ``step[k]``-th cell along axis ``k`` only (from the box's low corner)."""
+    ``step[k]``-th cell along axis ``k`` only (from the box's low corner). A numeric array
+    is read from its chunk files directly (:class:`ChunkFiles`), others through zarr."""
+    if step is None and box.ndim:
+        files = direct_files(path)
+        if files is not None:
+            return files.read_box(box)
     return _read(path, box, step)
+
+
+#: arrays :func:`direct_files` has opened, by (path, zarr.json's inode and mtime): a
+#: task reads and writes many chunks of the same arrays, and zarr's ``open_array`` costs
+#: milliseconds a call
+_DIRECT: dict[tuple[str, int, int], "ChunkFiles | None"] = {}
+_DIRECT_MAX = 256
+_direct_lock = threading.Lock()
+
+
+def direct_files(path: Path) -> "ChunkFiles | None":
+    """The array at ``path`` as :class:`ChunkFiles`, if it is one that class reads and
+    writes exactly as zarr does and whose every chunk is written (:data:`ALL_CHUNKS`: a
+    missing chunk file is damage, never fill values); None otherwise (use zarr)."""
+    try:
+        st = os.stat(Path(path, "zarr.json"))
+    except OSError:
+        return None  # zarr names what is wrong
+    key = (str(path), st.st_ino, st.st_mtime_ns)
+    with _direct_lock:
+        if key in _DIRECT:
+            return _DIRECT[key]
+    files = ChunkFiles.open(Path(path))
+    if files is not None:
+        try:
+            attrs = json.loads(files.meta or b"{}").get("attributes") or {}
+        except ValueError:
+            attrs = {}
+        if not attrs.get(ALL_CHUNKS):
+            files = None
+    with _direct_lock:
+        if len(_DIRECT) >= _DIRECT_MAX:
+            _DIRECT.clear()
+        _DIRECT[key] = files
+    return files
 
 
 def read_array(path: Path) -> np.ndarray:
@@ -451,6 +500,14 @@ class ChunkFiles:
 
     def file(self, key: tuple[int, ...]) -> Path:
         return chunk_file(self.path, key)
+
+    def key_of(self, box: Box) -> tuple[int, ...] | None:
+        """The chunk whose cells ``box`` is exactly, or None."""
+        if box.ndim != len(self.shape):
+            return None
+        key = tuple(int(a) // c for a, c in zip(box.lo, self.chunks))
+        inside = all(0 <= k and k * c < s for k, c, s in zip(key, self.chunks, self.shape))
+        return key if inside and self.box(key) == box else None
 
     def read(self, key: tuple[int, ...]) -> np.ndarray:
         """Chunk ``key``, cut to the array, in a writable array of its own (a missing or
