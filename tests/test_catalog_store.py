@@ -118,6 +118,35 @@ def test_task_blocks_go_to_their_chunk_files_as_zarr_writes_them(tmp_path, dtype
     assert np.array_equal(arrays.read_box(tmp_path / "a.zarr", Box.full(x.shape)), want)
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_noisy_task_block_is_stored_raw_and_a_smooth_one_compressed(tmp_path, dtype):
+    """A chunk Blosc would shrink by less than RAW_BELOW (noise) is stored raw (Blosc's
+    level-0 frame, which zarr reads); one that compresses well is zarr's own bytes."""
+    rng = np.random.default_rng(5)
+    shape, chunks = (3000, 700), (1500, 700)
+    noisy = (1000 + 30 * rng.standard_normal(shape)).astype(dtype)
+    smooth = np.broadcast_to(np.arange(shape[1], dtype=dtype) % 7, shape).copy()
+    for name, x in (("noisy", noisy), ("smooth", smooth)):
+        arrays.create_array(tmp_path / f"{name}.zarr", shape, dtype, chunks)
+        arrays.create_array(tmp_path / f"{name}-z.zarr", shape, dtype, chunks)
+        files = arrays.direct_files(tmp_path / f"{name}.zarr")
+        for k in files.keys():
+            box = files.box(k)
+            arrays.write_block(tmp_path / f"{name}.zarr", box, x[box.slices])
+            _zarr_write(tmp_path / f"{name}-z.zarr", box, x[box.slices])
+        full = Box.full(shape)
+        assert np.array_equal(_zarr_read(tmp_path / f"{name}.zarr", full), x)
+        assert np.array_equal(arrays.read_box(tmp_path / f"{name}.zarr", full), x)
+        for k in files.keys():
+            got = files.file(k).read_bytes()
+            zarrs = arrays.chunk_file(tmp_path / f"{name}-z.zarr", k).read_bytes()
+            if name == "smooth":
+                assert got == zarrs and len(got) * arrays.RAW_BELOW < x[box.slices].nbytes
+            else:
+                assert len(zarrs) * arrays.RAW_BELOW > x[box.slices].nbytes  # it is noise
+                assert got[2] & 0x02 and len(got) == 16 + x[box.slices].nbytes  # memcpyed
+
+
 def test_direct_chunk_io_only_where_every_chunk_is_written(tmp_path):
     """Arrays without the all-chunks mark (a missing chunk is fill values there) and text
     arrays are read through zarr; a missing chunk of a marked one is damage, named; an

@@ -75,8 +75,9 @@ CACHE_BYTES = 1 << 30
 #: threads writing recomputed blocks (and reading the parent's) while operators compute
 WRITERS = 2
 #: a rewritten chunk is stored raw (Blosc level 0) when the parent's shrank by less than
-#: this factor; otherwise compressed at level 1 (see :meth:`_Derived.level`)
-RAW_BELOW = 1.5
+#: this factor (the run's own rule, :data:`arrays.RAW_BELOW`); otherwise compressed at
+#: level 1 (see :meth:`_Derived.level`)
+RAW_BELOW = arrays.RAW_BELOW
 #: how much lower the replay's I/O threads run than the thread computing (their nice)
 IO_NICE = 5
 #: threads computing the tiles of one operator at once, when they have this many cells:
