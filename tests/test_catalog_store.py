@@ -147,6 +147,31 @@ def test_a_noisy_task_block_is_stored_raw_and_a_smooth_one_compressed(tmp_path, 
                 assert got[2] & 0x02 and len(got) == 16 + x[box.slices].nbytes  # memcpyed
 
 
+@pytest.mark.parametrize("noise", [0.0, 30.0])
+def test_thin_boxes_read_directly_equal_zarrs(tmp_path, noise):
+    """Boxes that need a small part of a chunk (a halo's rows, a corner) decode only the
+    Blosc blocks holding them, chunks stored raw (noise) or compressed alike, and read
+    what zarr reads."""
+    rng = np.random.default_rng(11)
+    shape, chunks = (2500, 700), (1000, 700)
+    x = (np.arange(shape[1]) % 13 + noise * rng.standard_normal(shape)).astype("f8")
+    p = tmp_path / "a.zarr"
+    arrays.create_array(p, shape, x.dtype, chunks)
+    files = arrays.direct_files(p)
+    for k in files.keys():
+        arrays.write_block(p, files.box(k), x[files.box(k).slices])
+    boxes = [Box((995, 0), (1005, 700)), Box((0, 0), (3, 700)), Box((2497, 690), (2500, 700)),
+             Box((1990, 10), (2010, 20)), Box((400, 0), (1600, 700))]
+    for _ in range(20):
+        a = int(rng.integers(0, shape[0] - 1))
+        c = int(rng.integers(0, shape[1] - 1))
+        boxes.append(Box((a, c), (min(shape[0], a + int(rng.integers(1, 40))),
+                                  min(shape[1], c + int(rng.integers(1, 700))))))
+    for box in boxes:
+        assert np.array_equal(arrays.read_box(p, box), _zarr_read(p, box)), box
+        assert np.array_equal(arrays.read_box(p, box), x[box.slices]), box
+
+
 def test_direct_chunk_io_only_where_every_chunk_is_written(tmp_path):
     """Arrays without the all-chunks mark (a missing chunk is fill values there) and text
     arrays are read through zarr; a missing chunk of a marked one is damage, named; an

@@ -538,8 +538,17 @@ class ChunkFiles:
     def read_box(self, box: Box) -> np.ndarray:
         """The cells ``box`` of the array, decoded from the chunks holding them (a view of
         a chunk's own array when one holds them all): about 3x quicker than through zarr
-        for a large array read in row blocks."""
-        return self.assemble(box, lambda key, span: self.read(key))
+        for a large array read in row blocks. Of a chunk it needs less than half of (a
+        stencil's halo, a few rows), only the Blosc blocks holding the cells are decoded
+        (:class:`PartChunk`)."""
+        whole = int(np.prod(self.chunks))
+
+        def chunk(key: tuple[int, ...], span: tuple[int, int]) -> np.ndarray:
+            if 2 * (span[1] - span[0]) < whole:
+                return self.part(key).get(span)
+            return self.read(key)
+
+        return self.assemble(box, chunk)
 
     def assemble(self, box: Box, chunk: Callable[[tuple[int, ...], tuple[int, int]],
                                                  np.ndarray]) -> np.ndarray:
