@@ -172,6 +172,19 @@ def test_thin_boxes_read_directly_equal_zarrs(tmp_path, noise):
         assert np.array_equal(arrays.read_box(p, box), x[box.slices]), box
 
 
+def test_chunk_files_killed_writers_left_are_removed_and_chunks_kept(tmp_path):
+    p = tmp_path / "a.zarr"
+    arrays.write_array(p, np.arange(20.0).reshape(4, 5), (2, 5))
+    files = arrays.direct_files(p)
+    stray = [files.file((1, 0)).with_name(".0.123-456.tmp"),
+             files.file((0, 0)).with_name("0.3f2a.partial")]
+    for f in stray:
+        f.write_bytes(b"half a chunk")
+    assert arrays.remove_leftovers(p) == 2 and not any(f.exists() for f in stray)
+    assert np.array_equal(arrays.read_box(p, Box.full((4, 5))), np.arange(20.0).reshape(4, 5))
+    assert arrays.remove_leftovers(p) == 0 and arrays.remove_leftovers(tmp_path / "no") == 0
+
+
 def test_direct_chunk_io_only_where_every_chunk_is_written(tmp_path):
     """Arrays without the all-chunks mark (a missing chunk is fill values there) and text
     arrays are read through zarr; a missing chunk of a marked one is damage, named; an

@@ -114,6 +114,21 @@ def write_block(path: Path, box: Box, block: np.ndarray) -> None:
     arr[box.slices] = block
 
 
+def remove_leftovers(path: Path) -> int:
+    """Remove the temporary chunk files under the array at ``path`` (:class:`ChunkFiles`'
+    ``.<chunk>.<pid>-<thread>.tmp``, zarr's ``<chunk>.<id>.partial``) that writers killed
+    mid-write left: call only once no writer can still be running there (its Spark job has
+    ended). Returns how many."""
+    gone = 0
+    for p in [*Path(path).glob("c/**/.*.tmp"), *Path(path).glob("c/**/*.partial")]:
+        try:
+            p.unlink()
+            gone += 1
+        except OSError:
+            pass
+    return gone
+
+
 def chunk_keys(arr: Any, box: Box | None = None) -> list[tuple[int, ...]]:
     """The chunk grid indices covering ``box`` (every chunk when None) of a zarr array."""
     return grid_keys(tuple(arr.shape), tuple(arr.chunks), box)

@@ -331,6 +331,8 @@ def _complete(r: _Run, st: Stage, results: list[list[dict[str, Any]]], wall: flo
     task_s = [sum(res.get("task_s", 0.0) for res in rs) for rs in per_step]
     total = sum(task_s) or 1.0
     for k, name in enumerate(st.names):
+        if name in r.paths:  # chunk files an attempt on a lost worker left half-written
+            arrays.remove_leftovers(r.paths[name])
         if name in r.wf.inputs:
             _record_input(r, name)
             continue
