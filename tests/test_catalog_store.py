@@ -170,6 +170,9 @@ def test_thin_boxes_read_directly_equal_zarrs(tmp_path, noise):
     for box in boxes:
         assert np.array_equal(arrays.read_box(p, box), _zarr_read(p, box)), box
         assert np.array_equal(arrays.read_box(p, box), x[box.slices]), box
+    # a box reaching beyond the array is a bad request, named as such (not damage)
+    with pytest.raises(StoreError, match=r"not inside array 'a' of shape \(2500, 700\)"):
+        arrays.read_box(p, Box((2400, 600), (2600, 800)))
 
 
 def test_chunk_files_killed_writers_left_are_removed_and_chunks_kept(tmp_path):

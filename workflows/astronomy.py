@@ -56,7 +56,7 @@ import numpy as np
 
 from operators import Binary, Cast, Copy, MaskReplace, MeanBroadcast, Reduce, Subarray
 from subzero.cells import Box, to_coords
-from subzero.engine.arrays import ChunkFiles
+from subzero.engine.arrays import direct_files
 from subzero.errors import WorkflowError
 from subzero.workflow import NamedQuery, Workflow, parse_shape_param
 from workflows.astro_data import (EXPOSURE_FILES, EXPOSURE_SHAPE, SKY, ExposureField,
@@ -310,7 +310,7 @@ def _row_blocks(run: Any, name: str, only: set[int] | None = None
             yield 0, np.asarray(run.array(name))
         return
     path = loaded.array_path(name)
-    files = ChunkFiles.open(path)  # numeric chunks decoded directly (None: through zarr)
+    files = direct_files(path)  # numeric chunks decoded directly (None: through zarr)
     if files is None:
         import zarr  # zarr only once an array is read (slow to import)
 

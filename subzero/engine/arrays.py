@@ -201,6 +201,10 @@ def read_box(path: Path, box: Box, step: Sequence[int] | None = None) -> np.ndar
     if step is None and box.ndim:
         files = direct_files(path)
         if files is not None:
+            if box.ndim != len(files.shape) or not all(
+                    0 <= a <= b <= n for a, b, n in zip(box.lo, box.hi, files.shape)):
+                raise StoreError(f"cells {box} are not inside array {_name(path)!r} of "
+                                 f"shape {files.shape}")
             return files.read_box(box)
     return _read(path, box, step)
 
