@@ -214,3 +214,37 @@ def test_the_drivers_class_archive_is_taken_only_once_written_whole(tmp_path, mo
     assert spark.class_archive_options(tmp_path) == got
     monkeypatch.setenv("SUBZERO_CACHE", "")
     assert spark.class_archive_options() == ""
+
+
+def test_the_daemon_moves_only_the_installed_pysparks_zips_behind_the_packages(tmp_path):
+    from subzero.engine.daemon import installed_first
+
+    pkg = tmp_path / "site-packages" / "pyspark"
+    (pkg / "python" / "lib").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "daemon.py").write_text("")
+    shipped = [str(pkg / "python" / "lib" / "pyspark.zip"),
+               str(pkg / "python" / "lib" / "py4j-0.10.9.9-src.zip")]
+    other = str(tmp_path / "spark-home" / "python" / "lib" / "pyspark.zip")  # SPARK_HOME's
+    path = [*shipped, other, str(tmp_path / "project"), str(tmp_path / "site-packages")]
+    assert installed_first(path) == [other, str(tmp_path / "project"),
+                                     str(tmp_path / "site-packages"), *shipped]
+    assert installed_first([other, "/usr/lib/python3.11"]) == [other, "/usr/lib/python3.11"]
+
+
+def _worker_pyspark(_):
+    import sys
+
+    import pyspark
+
+    zips = [i for i, p in enumerate(sys.path) if p.endswith("pyspark.zip")]
+    return pyspark.__file__, zips, len(sys.path)
+
+
+def test_workers_import_the_installed_pyspark_not_sparks_zip(spark):
+    import pyspark
+
+    files = spark.sparkContext.parallelize(range(2), 2).map(_worker_pyspark).collect()
+    for file, zips, n in files:
+        assert file == pyspark.__file__  # the package, with cached bytecode: not the zip
+        assert zips and min(zips) >= n - 2  # Spark's zips are still there, last

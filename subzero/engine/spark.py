@@ -14,7 +14,10 @@ shares the cores between jobs that several driver threads submit at once). On a 
 executors run tasks with this process's Python (``spark.pyspark.python``) and its
 ``PYTHONPATH``, and a task is tried up to 4 times. The JVM's own output (log4j, warnings)
 goes to ``<home>/logs/spark.log`` so the user's terminal shows SubZero's output only. Java 17
-or newer is checked first, with a clear error.
+or newer is checked first, with a clear error. The Python workers' daemon is pyspark's, run
+by :mod:`subzero.engine.daemon` so that it imports the installed pyspark (cached bytecode)
+rather than Spark's source-only zip: a fresh session's first Python job took 1.9-2.05 s,
+now 0.5-0.66 s (three sessions each).
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from typing import Any, Callable
 from subzero.errors import SparkError
 
 DEFAULT_MASTER = "local[*,4]"
+#: the Python workers' daemon: pyspark's, importing the installed pyspark (see the module)
+DAEMON_MODULE = "subzero.engine.daemon"
 MIN_JAVA = 17
 #: tries per task on a cluster master (``local[N,F]`` says it for local masters)
 CLUSTER_MAX_FAILURES = 4
@@ -346,6 +351,7 @@ def _conf(want: str) -> Any:
         .set("spark.executor.extraJavaOptions", java_opts)
         .set("spark.driver.memory", os.environ.get("SUBZERO_DRIVER_MEMORY", "2g"))
         .set("spark.python.worker.reuse", "true")
+        .set("spark.python.daemon.module", DAEMON_MODULE)
         .set("spark.sql.execution.arrow.pyspark.enabled", "false")
         .set("spark.scheduler.mode", "FAIR")
         .set("spark.scheduler.allocation.file", (here / "fairscheduler.xml").as_uri())
