@@ -14,6 +14,7 @@ import os
 import sys
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -100,6 +101,28 @@ def _failed(res: dict[str, Any], e: Exception) -> None:
     else:
         res["error"], res["error_kind"] = f"{type(e).__name__}: {e}", "internal"
         res["traceback"] = traceback.format_exc()
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_pid = 0
+
+
+def _writer() -> ThreadPoolExecutor:
+    """This process's one chunk-writing thread (made anew in a forked worker): a task that
+    stores lineage writes its output chunk there meanwhile. Compressing and writing a chunk
+    release the GIL; a global operator's single task (``clust``: 0.08 s of writing, 0.14 s
+    of storing at 16x) used one core of two."""
+    global _pool, _pool_pid
+    if _pool is None or _pool_pid != os.getpid():
+        _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="subzero-write")
+        _pool_pid = os.getpid()
+    return _pool
+
+
+def _timed_write(path: Path, box: Box, block: np.ndarray) -> float:
+    t = time.perf_counter()
+    arrays.write_block(path, box, block)
+    return time.perf_counter() - t
 
 
 def store_shards(job: TaskJob, full: PairBatch | None, pay: PairBatch | None,
@@ -235,22 +258,29 @@ def run_task(job: TaskJob, memory: Memory | None = None, producers: Producers | 
                 f"operator {op.name!r} returned a block of shape {out.shape} for chunk "
                 f"{chunk_key(ch.index)}; expected {ch.out_box.shape}"
             )
+        writing = None
         if job.out_path is not None:
             out = _stored_dtype(out, op.out_dtype)
-            arrays.write_block(Path(job.out_path), ch.out_box, out)
+            if job.strategies:  # the chunk is written while the lineage is stored
+                writing = _writer().submit(_timed_write, Path(job.out_path), ch.out_box, out)
+            else:
+                arrays.write_block(Path(job.out_path), ch.out_box, out)
         if memory is not None:
             memory[op.name] = (ch.out_box, out)
         t_write = time.perf_counter()
-        full, pay = ctx.full_pairs(), ctx.payload_pairs()
-        res["shards"] = store_shards(job, full, pay)
-        t_store = time.perf_counter()
+        try:
+            full, pay = ctx.full_pairs(), ctx.payload_pairs()
+            res["shards"] = store_shards(job, full, pay)
+            t_store = time.perf_counter()  # the store's own time, not the write's
+        finally:
+            write_s = writing.result() if writing is not None else t_write - t_run
         if job.reduce is not None:
             res["result"] = job.reduce(ch, full, pay)
         elif job.collect:
             res["full"], res["payload"] = full, pay
         res.update(
             read_s=t_read - t0, run_s=t_run - t_read, capture_s=ctx.capture_s,
-            write_s=t_write - t_run, store_s=t_store - t_write,
+            write_s=write_s, store_s=t_store - t_write,
             pairs=(len(full) if full else 0) + (len(pay) if pay else 0),
             out_cells=(full.out_cells if full else 0) + (pay.out_cells if pay else 0),
             in_cells=full.in_cells if full else 0,
