@@ -1,7 +1,9 @@
 import json
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -109,9 +111,22 @@ def test_task_blocks_go_to_their_chunk_files_as_zarr_writes_them(tmp_path, dtype
         box = Box(tuple(lo), tuple(hi))
         got = arrays.read_box(tmp_path / "a.zarr", box)
         assert got.dtype == x.dtype and np.array_equal(got, _zarr_read(tmp_path / "b.zarr", box))
-    # a block that is not one chunk (part of one, or two) goes through zarr
+    # a block of whole chunks (a global operator's whole array, or a run of chunks) goes
+    # to their files too, each as zarr writes it
+    for block in (Box.full(x.shape), Box((10, 0), (29, 16)), Box((0, 8), (10, 17))):
+        arrays.create_array(tmp_path / "c.zarr", x.shape, x.dtype, (10, 8))
+        arrays.write_block(tmp_path / "c.zarr", block, x[block.slices])
+        wrote = sorted(p.relative_to(tmp_path / "c.zarr" / "c")
+                       for p in (tmp_path / "c.zarr" / "c").rglob("*") if p.is_file())
+        assert wrote == sorted(Path(*map(str, k)) for k in files.keys(block))
+        for k in files.keys(block):
+            assert (arrays.chunk_file(tmp_path / "c.zarr", k).read_bytes()
+                    == arrays.chunk_file(tmp_path / "b.zarr", k).read_bytes())
+        shutil.rmtree(tmp_path / "c.zarr")
+    # a block that is not whole chunks (part of one, or of two) goes through zarr
     part = Box((2, 3), (12, 9))
     assert files.key_of(part) is None and files.key_of(Box((0, 0), (10, 16))) is None
+    assert files.whole_chunks(part) is None and files.whole_chunks(Box((0, 0), (10, 12))) is None
     arrays.write_block(tmp_path / "a.zarr", part, np.zeros(part.shape, dtype=dtype))
     want = x.copy()
     want[part.slices] = 0

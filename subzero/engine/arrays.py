@@ -96,15 +96,18 @@ def open_array(path: Path, mode: str = "r") -> Any:
 
 
 def write_block(path: Path, box: Box, block: np.ndarray) -> None:
-    """Write one block (a task's output chunk) into an existing array. A block that is
-    exactly one chunk of a numeric array goes straight to its chunk file
-    (:class:`ChunkFiles`: the bytes zarr would write, renamed into place once whole);
-    anything else through zarr."""
+    """Write one block (a task's output chunk) into an existing array. A block made of
+    whole chunks of a numeric array (one chunk, or a global operator's whole array) goes
+    straight to their chunk files (:class:`ChunkFiles`: the bytes zarr would write, each
+    renamed into place once whole); anything else through zarr."""
     files = direct_files(path)
     if files is not None:
-        key = files.key_of(box)
-        if key is not None:
-            files.write(key, block, level=files.level_for(block))
+        keys = files.whole_chunks(box)
+        if keys is not None:
+            block = np.asarray(block)
+            for key in keys:
+                part = block[files.box(key).relative_to(box)] if len(keys) > 1 else block
+                files.write(key, part, level=files.level_for(part))
             return
     arr = open_array(path, "r+")
     if _is_text(np.asarray(block).dtype):
@@ -537,6 +540,22 @@ class ChunkFiles:
         key = tuple(int(a) // c for a, c in zip(box.lo, self.chunks))
         inside = all(0 <= k and k * c < s for k, c, s in zip(key, self.chunks, self.shape))
         return key if inside and self.box(key) == box else None
+
+    def whole_chunks(self, box: Box) -> list[tuple[int, ...]] | None:
+        """The chunks whose cells ``box`` is exactly, together (its corners on the chunk
+        grid or the array's end), or None.
+
+        >>> f = ChunkFiles(Path("a"), (5, 4), (2, 4), np.dtype("f8"), 0.0, None)
+        >>> f.whole_chunks(Box((0, 0), (5, 4))), f.whole_chunks(Box((2, 0), (4, 4)))
+        ([(0, 0), (1, 0), (2, 0)], [(1, 0)])
+        >>> f.whole_chunks(Box((1, 0), (5, 4))) is None
+        True
+        """
+        if box.ndim != len(self.shape) or box.is_empty() or not all(
+                0 <= a < b <= n and a % c == 0 and (b % c == 0 or b == n)
+                for a, b, c, n in zip(box.lo, box.hi, self.chunks, self.shape)):
+            return None
+        return self.keys(box)
 
     def read(self, key: tuple[int, ...]) -> np.ndarray:
         """Chunk ``key``, cut to the array, in a writable array of its own (a missing or
