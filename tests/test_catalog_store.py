@@ -583,3 +583,11 @@ def test_a_chunk_write_that_fails_leaves_the_old_chunk_and_no_stray_file(tmp_pat
     monkeypatch.undo()
     assert files.file((0, 0)).read_bytes() == before
     assert sorted(p.name for p in files.file((0, 0)).parent.iterdir()) == ["0"]
+
+
+def test_preload_imports_zarr_on_a_thread_of_its_own():
+    code = ("import sys; from subzero.engine import arrays; assert 'zarr' not in sys.modules; "
+            "t = arrays.preload(); t.join(60); print(t.name, 'zarr' in sys.modules)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["subzero-preload", "True"]

@@ -589,6 +589,7 @@ def run_workflow(
     sources, data = plan_inputs(wf, inputs)
     origins = input_origins(wf, inputs)
     if spark is None:
+        arrays.preload()  # the run's first arrays need zarr: imported while Spark starts
         spark = get_spark(master, layout.logs_dir(home), notify=notify)
     if notify is not None:
         _say_inputs(origins, notify)
