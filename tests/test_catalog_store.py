@@ -591,3 +591,33 @@ def test_preload_imports_zarr_on_a_thread_of_its_own():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["subzero-preload", "True"]
+
+
+def test_large_blocks_of_many_chunks_are_read_and_written_on_threads_alike(tmp_path,
+                                                                           monkeypatch):
+    import threading
+
+    x = np.random.default_rng(8).normal(size=(40, 30))
+    arrays.create_array(tmp_path / "z.zarr", x.shape, x.dtype, (10, 8))
+    arrays.write_block(tmp_path / "z.zarr", Box.full(x.shape), x)  # small: in turn
+    monkeypatch.setattr(arrays, "PARALLEL_BYTES", 0)  # every block of many chunks: threads
+    arrays.create_array(tmp_path / "t.zarr", x.shape, x.dtype, (10, 8))
+    arrays.write_block(tmp_path / "t.zarr", Box.full(x.shape), x)
+    files = arrays.direct_files(tmp_path / "t.zarr")
+    for k in files.keys():
+        assert (files.file(k).read_bytes()
+                == arrays.chunk_file(tmp_path / "z.zarr", k).read_bytes())
+    for box in (Box.full(x.shape), Box((3, 5), (37, 29))):
+        assert np.array_equal(arrays.read_box(tmp_path / "t.zarr", box), x[box.slices])
+    seen, ended = [], []
+
+    def fn(k):
+        seen.append(threading.current_thread().name)
+        if k == 2:
+            raise ValueError("chunk 2 is bad")
+        ended.append(k)
+
+    with pytest.raises(ValueError, match="chunk 2 is bad"):
+        arrays.each(fn, list(range(6)), 1 << 30)
+    assert sorted(ended) == [0, 1, 3, 4, 5]  # the others ran to the end
+    assert all(n.startswith("subzero-chunks") for n in seen)

@@ -58,6 +58,35 @@ SAMPLE_PIECES = 4
 SAMPLE_BYTES = 1 << 18
 
 
+#: chunks of a block at least this large (bytes) are decoded or encoded on several threads
+#: (:func:`each`): a global operator's single task reads and writes whole arrays
+PARALLEL_BYTES = 8 << 20
+_io_pool: Any = None
+_io_pid = 0
+
+
+def each(fn: Callable[[Any], None], keys: Sequence[Any], nbytes: int) -> None:
+    """``fn(key)`` for every key: on this process's chunk threads when there are several
+    keys and ``nbytes`` (the block's) is at least :data:`PARALLEL_BYTES` (Blosc and the
+    copies release the GIL), else in turn. The first error is raised once all ended."""
+    global _io_pool, _io_pid
+    if len(keys) < 2 or nbytes < PARALLEL_BYTES:
+        for k in keys:
+            fn(k)
+        return
+    if _io_pool is None or _io_pid != os.getpid():  # made anew in a forked worker
+        from concurrent.futures import ThreadPoolExecutor
+
+        _io_pool = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1),
+                                      thread_name_prefix="subzero-chunks")
+        _io_pid = os.getpid()
+    futures = [_io_pool.submit(fn, k) for k in keys]
+    errors = [f.exception() for f in futures]
+    for e in errors:
+        if e is not None:
+            raise e
+
+
 def preload() -> threading.Thread:
     """Import zarr (0.3-0.4 s) on a background thread, for a caller that will create arrays
     after a wait of its own (a run, while the Spark session starts); returns the thread.
@@ -121,9 +150,12 @@ def write_block(path: Path, box: Box, block: np.ndarray) -> None:
         keys = files.whole_chunks(box)
         if keys is not None:
             block = np.asarray(block)
-            for key in keys:
+
+            def put(key: tuple[int, ...]) -> None:
                 part = block[files.box(key).relative_to(box)] if len(keys) > 1 else block
                 files.write(key, part, level=files.level_for(part))
+
+            each(put, keys, block.nbytes)
             return
     arr = open_array(path, "r+")
     if _is_text(np.asarray(block).dtype):
@@ -614,11 +646,14 @@ class ChunkFiles:
             cb = self.box(keys[0])
             return chunk(keys[0], item_span(box, cb, self.chunks))[box.relative_to(cb)]
         out = np.empty(box.shape, dtype=self.dtype)
-        for k in keys:
+
+        def put(k: tuple[int, ...]) -> None:
             cb = self.box(k)
             inter = cb.intersect(box)
             out[inter.relative_to(box)] = chunk(k, item_span(inter, cb, self.chunks))[
                 inter.relative_to(cb)]
+
+        each(put, keys, len(keys) * int(np.prod(self.chunks)) * self.dtype.itemsize)
         return out
 
     def part(self, key: tuple[int, ...]) -> "PartChunk":
