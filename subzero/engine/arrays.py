@@ -61,26 +61,34 @@ SAMPLE_BYTES = 1 << 18
 #: chunks of a block at least this large (bytes) are decoded or encoded on several threads
 #: (:func:`each`): a global operator's single task reads and writes whole arrays
 PARALLEL_BYTES = 8 << 20
-_io_pool: Any = None
-_io_pid = 0
+_pools: dict[str, tuple[int, Any]] = {}
+_pools_lock = threading.Lock()
+
+
+def thread_pool(name: str, workers: int) -> Any:
+    """This process's thread pool ``name`` (a ``ThreadPoolExecutor`` of ``workers``
+    threads), made on first use, and anew in a forked Spark worker (threads do not survive
+    a fork). A function running on a pool never waits on the same pool."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with _pools_lock:
+        got = _pools.get(name)
+        if got is None or got[0] != os.getpid():
+            got = _pools[name] = (os.getpid(), ThreadPoolExecutor(
+                max_workers=workers, thread_name_prefix=name))
+        return got[1]
 
 
 def each(fn: Callable[[Any], None], keys: Sequence[Any], nbytes: int) -> None:
     """``fn(key)`` for every key: on this process's chunk threads when there are several
     keys and ``nbytes`` (the block's) is at least :data:`PARALLEL_BYTES` (Blosc and the
     copies release the GIL), else in turn. The first error is raised once all ended."""
-    global _io_pool, _io_pid
     if len(keys) < 2 or nbytes < PARALLEL_BYTES:
         for k in keys:
             fn(k)
         return
-    if _io_pool is None or _io_pid != os.getpid():  # made anew in a forked worker
-        from concurrent.futures import ThreadPoolExecutor
-
-        _io_pool = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1),
-                                      thread_name_prefix="subzero-chunks")
-        _io_pid = os.getpid()
-    futures = [_io_pool.submit(fn, k) for k in keys]
+    pool = thread_pool("subzero-chunks", min(4, os.cpu_count() or 1))
+    futures = [pool.submit(fn, k) for k in keys]
     errors = [f.exception() for f in futures]
     for e in errors:
         if e is not None:

@@ -103,20 +103,12 @@ def _failed(res: dict[str, Any], e: Exception) -> None:
         res["traceback"] = traceback.format_exc()
 
 
-_pool: ThreadPoolExecutor | None = None
-_pool_pid = 0
-
-
 def _writer() -> ThreadPoolExecutor:
-    """This process's one chunk-writing thread (made anew in a forked worker): a task that
-    stores lineage writes its output chunk there meanwhile. Compressing and writing a chunk
-    release the GIL; a global operator's single task (``clust``: 0.08 s of writing, 0.14 s
-    of storing at 16x) used one core of two."""
-    global _pool, _pool_pid
-    if _pool is None or _pool_pid != os.getpid():
-        _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="subzero-write")
-        _pool_pid = os.getpid()
-    return _pool
+    """This process's one chunk-writing thread: a task that stores lineage writes its
+    output chunk there meanwhile. Compressing and writing a chunk release the GIL; a global
+    operator's single task (``clust``: 0.08 s of writing, 0.14 s of storing at 16x) used
+    one core of two."""
+    return arrays.thread_pool("subzero-write", 1)
 
 
 def _timed_write(path: Path, box: Box, block: np.ndarray) -> float:
