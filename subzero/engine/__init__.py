@@ -7,6 +7,7 @@ module                      holds
 ``engine.arrays``           the zarr array store (no overwrite)
 ``engine.catalog``          the SQLite catalog: runs, arrays, shards, statistics, query log
 ``engine.spark``            one quiet Spark session per process
+``engine.daemon``           Spark's Python worker daemon, importing the installed pyspark
 ``engine.inputs``           reading and checking a run's inputs
 ``engine.tasks``            what a Spark task does: one operator, one output chunk
 ``engine.runner``           :func:`run_workflow`, the driver's side of a run
