@@ -621,3 +621,39 @@ def test_large_blocks_of_many_chunks_are_read_and_written_on_threads_alike(tmp_p
         arrays.each(fn, list(range(6)), 1 << 30)
     assert sorted(ended) == [0, 1, 3, 4, 5]  # the others ran to the end
     assert all(n.startswith("subzero-chunks") for n in seen)
+
+
+def test_a_noisy_block_cut_into_column_chunks_is_stored_raw_chunk_by_chunk(tmp_path):
+    """A global operator's whole noisy array, chunked across its columns: each chunk is a
+    view of the block, judged and stored raw like a task's own chunk."""
+    rng = np.random.default_rng(9)
+    x = 1000 + 30 * rng.standard_normal((1200, 1400))
+    arrays.create_array(tmp_path / "n.zarr", x.shape, x.dtype, (1200, 700))
+    arrays.write_block(tmp_path / "n.zarr", Box.full(x.shape), x)
+    files = arrays.direct_files(tmp_path / "n.zarr")
+    assert files.keys() == [(0, 0), (0, 1)]
+    for k in files.keys():
+        got = files.file(k).read_bytes()
+        assert got[2] & 0x02 and len(got) == 16 + 1200 * 700 * 8  # raw, memcpyed
+    assert np.array_equal(arrays.read_box(tmp_path / "n.zarr", Box.full(x.shape)), x)
+
+
+def test_chunk_threads_never_wait_on_their_own_pool(monkeypatch):
+    """each() called from a chunk thread runs in turn: with every pool thread waiting on
+    work queued behind it, it would wait forever."""
+    import threading
+
+    monkeypatch.setattr(arrays, "PARALLEL_BYTES", 0)
+    done = []
+
+    def inner(k):
+        done.append(k)
+
+    def outer(k):
+        arrays.each(inner, [(k, j) for j in range(3)], 1 << 30)
+
+    t = threading.Thread(target=arrays.each, args=(outer, list(range(8)), 1 << 30),
+                         daemon=True)
+    t.start()
+    t.join(60)
+    assert not t.is_alive() and sorted(done) == [(k, j) for k in range(8) for j in range(3)]

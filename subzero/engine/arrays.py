@@ -61,6 +61,7 @@ SAMPLE_BYTES = 1 << 18
 #: chunks of a block at least this large (bytes) are decoded or encoded on several threads
 #: (:func:`each`): a global operator's single task reads and writes whole arrays
 PARALLEL_BYTES = 8 << 20
+_CHUNK_THREADS = "subzero-chunks"
 _pools: dict[str, tuple[int, Any]] = {}
 _pools_lock = threading.Lock()
 
@@ -82,12 +83,15 @@ def thread_pool(name: str, workers: int) -> Any:
 def each(fn: Callable[[Any], None], keys: Sequence[Any], nbytes: int) -> None:
     """``fn(key)`` for every key: on this process's chunk threads when there are several
     keys and ``nbytes`` (the block's) is at least :data:`PARALLEL_BYTES` (Blosc and the
-    copies release the GIL), else in turn. The first error is raised once all ended."""
-    if len(keys) < 2 or nbytes < PARALLEL_BYTES:
+    copies release the GIL), else in turn; in turn too when called from a chunk thread (a
+    pool thread waiting on its own pool could wait forever). The first error is raised once
+    all ended."""
+    if (len(keys) < 2 or nbytes < PARALLEL_BYTES
+            or threading.current_thread().name.startswith(_CHUNK_THREADS)):
         for k in keys:
             fn(k)
         return
-    pool = thread_pool("subzero-chunks", min(4, os.cpu_count() or 1))
+    pool = thread_pool(_CHUNK_THREADS, min(4, os.cpu_count() or 1))
     futures = [pool.submit(fn, k) for k in keys]
     errors = [f.exception() for f in futures]
     for e in errors:
@@ -160,7 +164,10 @@ def write_block(path: Path, box: Box, block: np.ndarray) -> None:
             block = np.asarray(block)
 
             def put(key: tuple[int, ...]) -> None:
-                part = block[files.box(key).relative_to(box)] if len(keys) > 1 else block
+                # contiguous, as the encoder needs it anyway, so that level_for also judges
+                # a view (a chunk cut from a block's columns, a kernel's trimmed halo)
+                part = np.ascontiguousarray(
+                    block[files.box(key).relative_to(box)] if len(keys) > 1 else block)
                 files.write(key, part, level=files.level_for(part))
 
             each(put, keys, block.nbytes)
