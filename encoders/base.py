@@ -62,6 +62,9 @@ class Table:
     keys: np.ndarray
     items: np.ndarray | None = None
     values: Ragged | None = None
+    #: a cell index's run length in bits (:mod:`encoders.layouts.cellindex`): recorded in
+    #: the shard's metadata when it is not the default 8
+    bucket_bits: int = 8
 
     @property
     def dupfixed(self) -> bool:

@@ -233,6 +233,10 @@ class ShardWriter:
         meta = dict(enc.meta)
         meta["tables"] = {t.name: "dupfixed" if t.dupfixed else "plain" for t in enc.tables}
         meta["item_bytes"] = {t.name: int(t.items.shape[1]) for t in enc.tables if t.dupfixed}
+        bits = {t.name: int(t.bucket_bits) for t in enc.tables
+                if t.dupfixed and t.bucket_bits != 8}
+        if bits:  # absent: every cell index has 256-cell runs (as before it could differ)
+            meta["bucket_bits"] = bits
         meta["rtree_dims"] = {sp.name: int(sp.mins.shape[1]) for sp in enc.rtrees}
         t0 = time.perf_counter()
         if enc.tables or enc.blobs:

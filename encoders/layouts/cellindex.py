@@ -2,12 +2,21 @@
 
 Cell index
     One LMDB DUPSORT|DUPFIXED table. Every key cell is one fixed-width duplicate item
-    ``[k & 255][ref, big-endian]`` stored under the 8-byte big-endian key ``k & ~255`` (the
-    linear index of the 256-cell run holding ``k``). LMDB packs the items of one key
-    densely, without its per-entry node header, so a key cell costs ``1 + ref`` bytes plus
-    about 34 bytes per run it shares with up to 255 other key cells, instead of the
-    ``18 + value`` bytes of a plain entry. A lookup of any number of cells reads each run
-    touched once (``Cursor.getmulti`` with ``dupfixed_bytes``) and matches in numpy.
+    ``[k & low][ref, big-endian]`` stored under the 8-byte big-endian key ``k & ~low``, the
+    linear index of the run of ``2**bits`` cells holding ``k`` (``low = 2**bits - 1``).
+    LMDB packs the items of one key densely, without its per-entry node header, so a key
+    cell costs its item bytes plus about 34 bytes per run it shares with other key cells,
+    instead of the ``18 + value`` bytes of a plain entry. A lookup of any number of cells
+    reads each run touched once (``Cursor.getmulti`` with ``dupfixed_bytes``) and matches in
+    numpy.
+
+    Dense key sets take 256-cell runs (8 bits, a one-byte low part: what every shard had
+    before the run length could vary). Sparse ones (a cosmic-ray mask's few thousand cells
+    in a chunk of half a million) would pay mostly the runs' 34 bytes, so the encoder
+    chooses longer runs, up to 65,536 cells with a two-byte low part, where the modelled
+    LMDB bytes are fewest and no run holds more than :data:`MAX_RUN_ITEMS` items (what one
+    looked-up cell makes a query read). A shard whose runs are not 256 cells records
+    ``bucket_bits`` in its metadata.
 
 Record heap
     One blob of length-prefixed records (varint byte length, then the record); ``ref`` is a
@@ -16,9 +25,12 @@ Record heap
     includes whole families of translated sets (see :mod:`encoders.formats.codec`).
 
 >>> import numpy as np
->>> t = index_table("k", np.array([3, 300], dtype=np.uint64), np.array([0, 7], dtype=np.uint64))
+>>> t = index_table("k", np.array([3, 300], dtype=np.uint64), np.array([0, 7]), bits=8)
 >>> t.keys.tolist(), t.items.tolist()
 ([0, 256], [[3, 0], [44, 7]])
+>>> t = index_table("k", np.array([3, 300], dtype=np.uint64), np.array([0, 7]), bits=12)
+>>> t.keys.tolist(), t.items.tolist(), t.bucket_bits
+([0, 0], [[0, 3, 0], [1, 44, 7]], 12)
 """
 
 from __future__ import annotations
@@ -32,8 +44,13 @@ from encoders.formats.csr import gather_index, interleave, offsets_from_lengths,
 from encoders.formats.varint import read_prefix_varint, varint_decode, varint_encode
 from subzero.frontier import clip_range, member
 
-BUCKET_BITS = 8
-_LOW = np.uint64((1 << BUCKET_BITS) - 1)
+BUCKET_BITS = 8  # the default run: 256 cells, a one-byte low part
+MAX_BUCKET_BITS = 16  # the longest: 65,536 cells, a two-byte low part
+MAX_RUN_ITEMS = 1024  # items a run may hold when it is longer than the default
+_RUN_BYTES = 34  # LMDB's bytes per run held in its leaf page: key, node and sub-page headers
+_SUBDB_BYTES = 64  # per run moved to a sub-database of its own (its record, page header)
+_NODE_MAX = 2040  # LMDB's largest node on a 4 KB page: longer runs get a sub-database
+_LEAF2 = 4080  # the bytes of items a sub-database's page holds
 _BATCH = 8192  # runs per getmulti call (deadline checks in between)
 _FEW_RECORDS = 64  # up to this many records are sliced one by one, not gathered
 
@@ -42,16 +59,64 @@ def ref_width(max_ref: int) -> int:
     return max(1, (int(max_ref).bit_length() + 7) // 8)
 
 
-def index_table(name: str, keys: np.ndarray, refs: np.ndarray) -> Table:
-    """The cell index for sorted unique ``keys`` pointing at heap offsets ``refs``."""
+def low_bytes(bits: int) -> int:
+    """Bytes of an item's low part for runs of ``2**bits`` cells."""
+    return 1 if bits <= 8 else 2
+
+
+def bucket_bits(shard: ShardData, table: str) -> int:
+    """The run length (in bits) of a shard's cell index."""
+    return int(shard.meta.get("bucket_bits", {}).get(table, BUCKET_BITS))
+
+
+def _run_counts(keys: np.ndarray, bits: int) -> np.ndarray:
+    r = keys >> np.uint64(bits)
+    starts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+    return np.diff(np.r_[starts, len(r)])
+
+
+def modelled_bytes(counts: np.ndarray, item: int) -> int:
+    """LMDB bytes of a cell index whose runs hold ``counts`` items of ``item`` bytes: a run
+    small enough stays in its leaf page, a longer one takes whole pages of its own."""
+    b = counts.astype(np.int64) * item
+    big = b + 24 > _NODE_MAX
+    pages = -(-b[big] // _LEAF2)
+    return int((b[~big] + _RUN_BYTES).sum() + (pages * 4096 + _SUBDB_BYTES).sum())
+
+
+def choose_bits(keys: np.ndarray, ref_bytes: int) -> int:
+    """The run length for sorted unique ``keys``: the fewest modelled bytes among 8 to 16
+    bits (even), runs longer than 256 cells only while none holds over MAX_RUN_ITEMS."""
+    best, best_bytes = BUCKET_BITS, None
+    for bits in range(BUCKET_BITS, MAX_BUCKET_BITS + 1, 2):
+        counts = _run_counts(keys, bits)
+        if bits > BUCKET_BITS and (len(counts) == 0 or counts.max() > MAX_RUN_ITEMS):
+            break
+        n = modelled_bytes(counts, low_bytes(bits) + ref_bytes)
+        if best_bytes is None or n < best_bytes:
+            best, best_bytes = bits, n
+    return best
+
+
+def index_table(name: str, keys: np.ndarray, refs: np.ndarray, bits: int | None = None
+                ) -> Table:
+    """The cell index for sorted unique ``keys`` pointing at heap offsets ``refs``, in runs
+    of ``2**bits`` cells (None: :func:`choose_bits`)."""
     keys = np.asarray(keys, dtype=np.uint64)
     refs = np.asarray(refs, dtype=np.uint64)
     w = ref_width(int(refs.max()) if len(refs) else 0)
-    items = np.empty((len(keys), 1 + w), dtype=np.uint8)
-    items[:, 0] = (keys & _LOW).astype(np.uint8)
+    if bits is None:
+        bits = choose_bits(keys, w)
+    if not BUCKET_BITS <= bits <= MAX_BUCKET_BITS:
+        raise ValueError(f"bits={bits}: expected {BUCKET_BITS} to {MAX_BUCKET_BITS}")
+    lb = low_bytes(bits)
+    low = np.uint64((1 << bits) - 1)
+    items = np.empty((len(keys), lb + w), dtype=np.uint8)
+    kb = np.ascontiguousarray((keys & low).astype(">u8")).view(np.uint8).reshape(-1, 8)
+    items[:, :lb] = kb[:, 8 - lb:]
     rb = np.ascontiguousarray(refs.astype(">u8")).view(np.uint8).reshape(-1, 8)
-    items[:, 1:] = rb[:, 8 - w:]
-    return Table(name, keys & ~_LOW, items=items)
+    items[:, lb:] = rb[:, 8 - w:]
+    return Table(name, keys & ~low, items=items, bucket_bits=bits)
 
 
 def build_heap(values: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -106,11 +171,17 @@ def record_tokens(body: np.ndarray, offsets: np.ndarray, whole: bool = False
     return tok, toff.astype(np.int64), ends
 
 
-def _refs(items: np.ndarray) -> np.ndarray:
-    w = items.shape[1] - 1
+def _be(items: np.ndarray) -> np.ndarray:
+    """Big-endian unsigned integers of the rows of a uint8 ``(n, width)`` array."""
+    w = items.shape[1]
     pad = np.zeros((len(items), 8), dtype=np.uint8)
-    pad[:, 8 - w:] = items[:, 1:]
+    pad[:, 8 - w:] = items
     return pad.view(">u8").reshape(-1).astype(np.uint64)
+
+
+def _cells_refs(k: np.ndarray, items: np.ndarray, lb: int) -> tuple[np.ndarray, np.ndarray]:
+    low = items[:, 0].astype(np.uint64) if lb == 1 else _be(items[:, :lb])
+    return k + low, _be(items[:, lb:])
 
 
 def lookup(shard: ShardData, table: str, q: np.ndarray, deadline: float | None
@@ -119,16 +190,18 @@ def lookup(shard: ShardData, table: str, q: np.ndarray, deadline: float | None
     space = shard.meta.get("key_spaces", {}).get(table)
     if not space or not space.get("count") or len(q) == 0:
         return np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.uint64)
+    bits = bucket_bits(shard, table)
+    lb = low_bytes(bits)
     q = clip_range(q, space["lin"][0], space["lin"][1])
-    runs = uniq(q & ~_LOW)
+    runs = uniq(q & ~np.uint64((1 << bits) - 1))
     cells, refs = [], []
     for s in range(0, len(runs), _BATCH):
         check_deadline(deadline)
         k, items = shard.items(table, runs[s:s + _BATCH])
-        c = k + items[:, 0].astype(np.uint64)
+        c, r = _cells_refs(k, items, lb)
         hit = member(q, c)
         cells.append(c[hit])
-        refs.append(_refs(items[hit]))
+        refs.append(r[hit])
     if not cells:
         return np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.uint64)
     return np.concatenate(cells), np.concatenate(refs)
@@ -136,10 +209,13 @@ def lookup(shard: ShardData, table: str, q: np.ndarray, deadline: float | None
 
 def scan(shard: ShardData, table: str, deadline: float | None, batch: int = 1 << 16
          ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Every ``(cells, refs)`` of the index, about ``batch`` cells at a time."""
+    """Every ``(cells, refs)`` of the index, about ``batch`` cells at a time (runs hold at
+    most 256 or :data:`MAX_RUN_ITEMS` cells)."""
+    bits = bucket_bits(shard, table)
     runs = shard.all_keys(table)
-    step = max(1, batch >> BUCKET_BITS) * 4
+    per_run = 1 << BUCKET_BITS if bits == BUCKET_BITS else MAX_RUN_ITEMS
+    step = max(1, batch // per_run) * 4
     for s in range(0, len(runs), step):
         check_deadline(deadline)
         k, items = shard.items(table, runs[s:s + step])
-        yield k + items[:, 0].astype(np.uint64), _refs(items)
+        yield _cells_refs(k, items, low_bytes(bits))

@@ -16,6 +16,7 @@ returns None and the caller takes the vectorized path.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from functools import lru_cache
 from itertools import product
 from typing import Sequence
@@ -24,12 +25,11 @@ import numpy as np
 
 from encoders.base import ShardData
 from encoders.formats.codec import BOX, BOX_REL, LIST_REL
-from encoders.layouts.cellindex import BUCKET_BITS, record_span
+from encoders.layouts.cellindex import bucket_bits, low_bytes, record_span
 
 FEW_CELLS = 64     # query cells up to which lookups run in plain Python
 MAX_CELLS = 4096   # decoded cells (absolute sets once, relative ones per key) up to which they do
 MAX_RECORD = 1024  # record bytes up to which a record is decoded in plain Python
-_LOW = (1 << BUCKET_BITS) - 1  # a key cell k lives in run k >> BUCKET_BITS, item byte k & _LOW
 
 
 @lru_cache(maxsize=256)
@@ -83,21 +83,34 @@ def touching(q: Sequence[int], space: dict | None, shape: Sequence[int]) -> list
 
 def lookup(shard: ShardData, table: str, q: Sequence[int]) -> list[tuple[int, int]]:
     """``[(cell, ref)]`` for the query cells (sorted) present in a cell index
-    (:mod:`encoders.layouts.cellindex`): one LMDB read per 256-cell run, matched with
-    ``bytes.find`` on the run's low bytes (sorted, one per item)."""
+    (:mod:`encoders.layouts.cellindex`): one LMDB read per run, matched with ``bytes.find``
+    on a 256-cell run's low bytes (sorted, one per item) or by bisection on a longer run's
+    two-byte ones."""
+    bits = bucket_bits(shard, table)
+    lb = low_bytes(bits)
     w = 8 + int(shard.meta.get("item_bytes", {}).get(table, 1))
+    low = (1 << bits) - 1
     out: list[tuple[int, int]] = []
     run, lows, buf = -1, b"", b""
     for c in q:
-        r = c >> BUCKET_BITS
+        r = c >> bits
         if r != run:
             run = r
-            buf = shard.run_items(table, r << BUCKET_BITS)
-            lows = buf[8::w]
-        j = lows.find(c & _LOW)
+            buf = shard.run_items(table, r << bits)
+            lows = buf[8::w] if lb == 1 else _two_byte_lows(buf, w)
+        if lb == 1:
+            j = lows.find(c & low)
+        else:
+            j = bisect_left(lows, c & low)
+            j = j if j < len(lows) and lows[j] == c & low else -1
         if j >= 0:
-            out.append((c, int.from_bytes(buf[j * w + 9:(j + 1) * w], "big")))
+            out.append((c, int.from_bytes(buf[j * w + 8 + lb:(j + 1) * w], "big")))
     return out
+
+
+def _two_byte_lows(buf: bytes, w: int) -> list[int]:
+    hi, lo = buf[8::w], buf[9::w]
+    return [a << 8 | b for a, b in zip(hi, lo)]
 
 
 def decode_set(tok: Sequence[int], p: int, shape: Sequence[int]

@@ -173,3 +173,79 @@ def test_touches_is_the_brute_force_test_with_or_without_coordinates(seed):
             want = bool((in_box & (q >= keys.min()) & (q <= keys.max())).any())
         assert touches(q, space, shape) == want
         assert touches(q, space, shape, coords(q, shape)) == want
+
+
+@pytest.mark.parametrize("bits", [8, 10, 12, 16])
+@pytest.mark.parametrize("strategy", ["full-one-bwd", "full-one-fwd", "pay-one-bwd"])
+def test_every_run_length_answers_as_brute_force(tmp_path, monkeypatch, strategy, bits):
+    """Sparse key cells (a cosmic-ray mask's shape) in runs of 2**bits cells: lookups of a
+    few cells (plain Python), of many (numpy), and whole scans give the brute-force answer."""
+    from encoders.layouts import cellindex
+
+    monkeypatch.setattr(cellindex, "choose_bits", lambda keys, w: bits)
+    shape = (300, 400)
+    n = shape[0] * shape[1]
+    rng = np.random.default_rng(bits)
+    keys = np.unique(rng.integers(0, n, 900)).astype(np.uint64)
+    vals = [np.unique(rng.integers(0, n, 1 + k % 3)) for k in range(len(keys))]
+    if strategy.startswith("pay"):
+        pay = Ragged.from_rows([np.frombuffer(b"p%d" % (k % 7), np.uint8)
+                                for k in range(len(keys))], np.uint8)
+        pairs = PairBatch(Ragged.from_singletons(keys), payload=pay)
+    else:
+        pairs = PairBatch(Ragged.from_singletons(keys), ins=(Ragged.from_rows(vals),))
+    st = write_shard(tmp_path, strategy, pairs, shape, [shape])
+    table = "k0" if strategy == "full-one-fwd" else "k"
+    with open_shard(st["path"]) as r:
+        assert r.meta.get("bucket_bits", {}).get(table, 8) == bits
+        q_few = np.unique(np.r_[keys[::60], rng.integers(0, n, 20)]).astype(np.uint64)
+        q_many = np.unique(np.r_[keys[::3], rng.integers(0, n, 500)]).astype(np.uint64)
+        for q in (q_few, q_many):
+            assert len(q) <= 64 or q is q_many
+            if strategy == "pay-one-bwd":
+                b = r.payload_pairs(q)
+                got = sorted((int(c), b.payload_bytes(k)) for k in range(len(b))
+                             for c in b.out.row(k).tolist())
+                hit = np.isin(keys, q)
+                exp = sorted((int(c), b"p%d" % (k % 7))
+                             for k, c in enumerate(keys) if hit[k])
+                assert got == exp
+                continue
+            fwd = {}
+            for k, v in zip(keys.tolist(), vals):
+                for c in v.tolist():
+                    fwd.setdefault(c, set()).add(k)
+            bwd_exp = sorted({c for k, v in zip(keys.tolist(), vals) if k in set(q.tolist())
+                              for c in v.tolist()})
+            fwd_exp = sorted({k for c in q.tolist() for k in fwd.get(c, ())})
+            assert r.backward(q, 0).tolist() == bwd_exp
+            assert r.forward(q, 0).tolist() == fwd_exp
+        if strategy == "pay-one-bwd":  # a whole scan
+            b = r.payload_pairs(None)
+            got = sorted(c for k in range(len(b)) for c in b.out.row(k).tolist())
+            assert got == keys.tolist()
+
+
+def test_sparse_keys_take_longer_runs_and_fewer_bytes(tmp_path):
+    """A chunk's few thousand scattered key cells are stored in longer runs (fewer LMDB
+    bytes); a dense key set keeps 256-cell runs; no longer run holds over MAX_RUN_ITEMS."""
+    from encoders.layouts import cellindex
+
+    rng = np.random.default_rng(0)
+    sparse = np.unique(rng.integers(0, 1 << 20, 5000)).astype(np.uint64)
+    bits = cellindex.choose_bits(sparse, 2)
+    assert bits > 8
+    assert cellindex._run_counts(sparse, bits).max() <= cellindex.MAX_RUN_ITEMS
+    dense = np.arange(1 << 16, dtype=np.uint64)
+    assert cellindex.choose_bits(dense, 2) == 8
+    clumped = np.arange(1 << 14, dtype=np.uint64) * 4  # every 4th cell: 64 items a run
+    assert cellindex._run_counts(clumped, cellindex.choose_bits(clumped, 1)).max() <= 1024
+    shape = (1024, 1024)
+    pairs = PairBatch(Ragged.from_singletons(sparse), ins=(Ragged.from_singletons(sparse),))
+    sizes = {}
+    for b in (8, bits):
+        from unittest import mock
+        with mock.patch.object(cellindex, "choose_bits", lambda keys, w, b=b: b):
+            st = write_shard(tmp_path / str(b), "full-one-bwd", pairs, shape, [shape])
+        sizes[b] = st["data_bytes"]
+    assert sizes[bits] < 0.75 * sizes[8]
