@@ -13,6 +13,7 @@ True
 
 from __future__ import annotations
 
+from itertools import accumulate
 from typing import NamedTuple, Sequence
 
 import numpy as np
@@ -21,7 +22,7 @@ from encoders.base import EncodedShard, Encoding, ShardData, check_deadline
 from encoders.formats.csr import take_rows, uniq_inverse
 from encoders.formats.hashing import dedup_rows
 from encoders.formats.payloads import join_bytes, payload_ids, read_section, section_tokens
-from encoders.layouts import cellindex
+from encoders.layouts import cellindex, fewcells
 from encoders.layouts.keyspace import lin_range_box, touches
 from encoders.layouts.pairs import group_keys, lineage_pairs
 from subzero.cells import Ragged
@@ -104,10 +105,38 @@ class PayOne(Encoding):
         :meth:`pairs_from_records` decodes the records of several shards at once (a
         query's step meets several: one decoding instead of one per shard)."""
         m = shard.meta
-        if m.get("empty") or not touches(out_lin, m["key_spaces"]["k"], m["out_shape"], at):
+        if m.get("empty"):
+            return None
+        if len(out_lin) <= fewcells.FEW_CELLS:  # a few cells: plain Python, same records
+            check_deadline(deadline)
+            space = m["key_spaces"]["k"]
+            q = fewcells.touching(out_lin.tolist(), space, m["out_shape"])
+            return self._few_records(shard, fewcells.lookup(shard, "k", q) if q else [])
+        if not touches(out_lin, m["key_spaces"]["k"], m["out_shape"], at):
             return None
         cells, refs = cellindex.lookup(shard, "k", out_lin, deadline)
         return self._records(shard, cells, refs, deadline)
+
+    @staticmethod
+    def _few_records(shard: ShardData, found: list[tuple[int, int]]
+                     ) -> PayloadRecords | None:
+        """:meth:`_records` of a few ``(cell, ref)`` (sorted by cell) in plain Python."""
+        if not found:
+            return None
+        by_ref: dict[int, list[int]] = {}
+        for c, r in found:
+            by_ref.setdefault(r, []).append(c)
+        refs = sorted(by_ref)
+        heap = memoryview(shard.blob(HEAP))
+        spans = [cellindex.record_span(heap, r) for r in refs]
+        body = b"".join([heap[a:a + n] for a, n in spans])
+        cells = [c for r in refs for c in by_ref[r]]
+        coff = list(accumulate([len(by_ref[r]) for r in refs], initial=0))
+        boff = list(accumulate([n for _, n in spans], initial=0))
+        return PayloadRecords(Ragged(np.array(cells, dtype=np.uint64),
+                                     np.array(coff, dtype=np.int64)),
+                              Ragged(np.frombuffer(body, dtype=np.uint8),
+                                     np.array(boff, dtype=np.int64)))
 
     @staticmethod
     def _records(shard: ShardData, cells: np.ndarray, refs: np.ndarray,

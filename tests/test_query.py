@@ -339,6 +339,7 @@ def test_a_payload_step_decodes_its_shards_records_together(homes, encoded_runs,
     in the joint pass reads the shards one by one again, where an intact shard's error is
     raised as it is (a bug, not damage)."""
     import subzero.query.stored as stored
+    from encoders.layouts import fewcells
     from encoders.pay_one import PayOne
     from subzero.frontier import Frontier
 
@@ -358,13 +359,54 @@ def test_a_payload_step_decodes_its_shards_records_together(homes, encoded_runs,
         with monkeypatch.context() as m:
             m.setattr(stored, "_payload_pairs_together", lambda *a: NotImplemented)
             alone = stored._payload_pairs(readers, f.lin, f, None)
+        with monkeypatch.context() as m:  # each shard's few cells found by numpy instead
+            m.setattr(fewcells, "FEW_CELLS", -1)
+            vectorized = stored._payload_pairs(readers, f.lin, f, None)
         assert together is not None and len(together) > 0
-        for a, b in ((together.out, alone.out), (together.payload, alone.payload)):
-            assert a.values.tolist() == b.values.tolist()
-            assert a.offsets.tolist() == b.offsets.tolist()
+        for other in (alone, vectorized):
+            for a, b in ((together.out, other.out), (together.payload, other.payload)):
+                assert a.values.tolist() == b.values.tolist()
+                assert a.offsets.tolist() == b.offsets.tolist()
         with monkeypatch.context() as m:
             def broken(found):
                 raise ValueError("bad section")
             m.setattr(PayOne, "pairs_from_records", staticmethod(broken))
             with pytest.raises(ValueError, match="bad section"):
                 stored._payload_pairs(readers, f.lin, f, None)
+
+
+def test_a_stored_step_is_costed_by_the_shards_its_frontier_meets(homes, encoded_runs):
+    """A sparse backward frontier reads only the shards of the output chunks it meets, so
+    the choice counts those (a few start cells in a 64x image meet 9 of 16 shards; with
+    all of them counted, re-execution looked cheaper and took longer)."""
+    from subzero.frontier import Frontier
+    from subzero.query.costs import QueryCosts
+
+    home, runs = encoded_runs
+    run = load_run(home, runs[("example", "full-one-bwd")])
+    n_shards = len(QueryExecutor(run, log=False).choice.shards[("smooth", "full-one-bwd")])
+    assert n_shards >= 4
+    # a shard read costs 1 ms, re-execution 2.5 ms: stored wins only if one shard is counted
+    costs = QueryCosts(shard_fixed=1e-3, shard_open=0.0, lookup_per_cell=0.0,
+                       decode_per_cell=0.0, reexec_fixed_driver=2.5e-3, trace_factor=0.0,
+                       reexec_per_cell=0.0)
+    q = QueryExecutor(run, costs=costs, log=False)
+
+    def sparse(mask):  # as a query's few start cells are: linear indices
+        return Frontier(SHAPE, lin=np.flatnonzero(mask).astype(np.uint64))
+
+    op = run.op("smooth")
+    one = frontier(SHAPE, [(0, 0), (1, 1)])
+    corners = frontier(SHAPE, [(0, 0), (0, SHAPE[1] - 1), (SHAPE[0] - 1, 0),
+                               (SHAPE[0] - 1, SHAPE[1] - 1)])
+    assert q.choice._chunks_met(op, True, sparse(one)) == 1
+    assert q.choice._chunks_met(op, True, sparse(corners)) == 4
+    assert q.choice._chunks_met(op, False, sparse(one)) is None  # forward: every shard may be read
+    dense = frontier(SHAPE, [(y, x) for y in range(SHAPE[0]) for x in range(SHAPE[1])])
+    assert q.choice._chunks_met(op, True, sparse(dense)) is None
+    r1, s1 = q.step("smooth", 0, "backward", sparse(one))
+    assert s1.method == "stored:full-one-bwd"
+    r4, s4 = q.step("smooth", 0, "backward", sparse(corners))
+    assert s4.method == "reexec"
+    assert np.array_equal(r1, run.op("smooth").map_b(one, 0))
+    assert np.array_equal(r4, run.op("smooth").map_b(corners, 0))

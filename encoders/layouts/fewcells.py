@@ -16,7 +16,6 @@ returns None and the caller takes the vectorized path.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from functools import lru_cache
 from itertools import product
 from typing import Sequence
@@ -97,20 +96,28 @@ def lookup(shard: ShardData, table: str, q: Sequence[int]) -> list[tuple[int, in
         if r != run:
             run = r
             buf = shard.run_items(table, r << bits)
-            lows = buf[8::w] if lb == 1 else _two_byte_lows(buf, w)
-        if lb == 1:
-            j = lows.find(c & low)
-        else:
-            j = bisect_left(lows, c & low)
-            j = j if j < len(lows) and lows[j] == c & low else -1
+            lows = buf[8::w]
+        j = lows.find(c & low) if lb == 1 else _find_two_byte(buf, w, c & low)
         if j >= 0:
             out.append((c, int.from_bytes(buf[j * w + 8 + lb:(j + 1) * w], "big")))
     return out
 
 
-def _two_byte_lows(buf: bytes, w: int) -> list[int]:
-    hi, lo = buf[8::w], buf[9::w]
-    return [a << 8 | b for a, b in zip(hi, lo)]
+def _find_two_byte(buf: bytes, w: int, v: int) -> int:
+    """The item of a run (``w``-byte rows: key, two-byte low part, ref) whose low part is
+    ``v``, by bisection (items are sorted); -1 when none is."""
+    lo, hi = 0, len(buf) // w
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        p = mid * w + 8
+        x = buf[p] << 8 | buf[p + 1]
+        if x < v:
+            lo = mid + 1
+        elif x > v:
+            hi = mid
+        else:
+            return mid
+    return -1
 
 
 def decode_set(tok: Sequence[int], p: int, shape: Sequence[int]

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from encoders.registry import encoding_class
 from subzero.cells import size_of
 from subzero.engine.catalog import Catalog
@@ -92,6 +94,17 @@ class MethodChoice:
         self._methods[op_name] = out
         return out
 
+    def _chunks_met(self, op: Operator, backward: bool, f: Frontier) -> int | None:
+        """How many of ``op``'s output chunks (its shards: one per chunk and strategy) a
+        sparse backward frontier meets; None when every shard may be read (forward
+        steps, dense frontiers)."""
+        if not backward or not f.sparse or not op.out_shape:
+            return None
+        at = f.coords() // np.asarray(self.run.chunks(op.name), dtype=np.int64)
+        grid = tuple(-(-int(n) // int(ch)) for n, ch in zip(op.out_shape,
+                                                            self.run.chunks(op.name)))
+        return int(len(np.unique(np.ravel_multi_index(tuple(at.T), grid))))
+
     def tiles(self, op: Operator, i: int, backward: bool, mask: Any) -> tuple[list, int]:
         """The tiles re-execution would run for the frontier ``mask``, and their cells."""
         return tiles_touched(op, self.run.chunks(op.name), i, backward, mask, self.tile_cells)
@@ -108,15 +121,18 @@ class MethodChoice:
         c = self.costs
         n_in = f.n
         facts = self._option_facts(op, i, backward, options)
+        touched = self._chunks_met(op, backward, f)
         costs = []  # per map or stored option, in the order of ``facts``
         for option, fixed, args in facts:
             if args is None:  # a mapping function
                 costs.append(fixed)
             else:
                 key = (op.name, option[1].name)
+                shards = args[2] if touched is None else min(args[2], touched)
+                unopened = self.readers.unopened(key, self.shards[key])
                 costs.append(fixed + c.stored_cost(args[0], args[1], not backward, n_in,
-                                                   *args[2:])
-                             + c.shard_open * self.readers.unopened(key, self.shards[key]))
+                                                   shards, *args[3:])
+                             + c.shard_open * min(unopened, shards))
         best = min(range(len(costs)), key=costs.__getitem__) if costs else None
         if method != "auto":
             forced = [k for k, fact in enumerate(facts) if fact[0][0] == method]
