@@ -544,7 +544,17 @@ def decode_star(payload: bytes) -> tuple[np.ndarray, np.ndarray]:
 def _star_cells(payload: bytes, shape: Shape) -> np.ndarray:
     """A star payload's lineage: the star's pixels and their ring, ``(n, ndim)``."""
     lo, mask = decode_star(payload)
-    grown = dilate(np.pad(mask, 1), 1)  # numpy only: a query need not import scipy
+    # the box grown by one cell a side, dilated by shifted ORs (numpy only: a query need
+    # not import scipy; np.pad and a general dilation cost more than the star is big)
+    grown = np.zeros(tuple(n + 2 for n in mask.shape), dtype=bool)
+    grown[tuple(slice(1, n + 1) for n in mask.shape)] = mask
+    for ax in range(mask.ndim):
+        src = grown.copy()
+        lo_sl = [slice(None)] * mask.ndim
+        hi_sl = [slice(None)] * mask.ndim
+        lo_sl[ax], hi_sl[ax] = slice(1, None), slice(None, -1)
+        grown[tuple(lo_sl)] |= src[tuple(hi_sl)]
+        grown[tuple(hi_sl)] |= src[tuple(lo_sl)]
     cells = np.argwhere(grown) + lo - 1
     ok = ((cells >= 0) & (cells < np.asarray(shape))).all(axis=1)
     return cells[ok]
