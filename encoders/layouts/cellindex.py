@@ -13,7 +13,7 @@ Cell index
     Dense key sets take 256-cell runs (8 bits, a one-byte low part: what every shard had
     before the run length could vary). Sparse ones (a cosmic-ray mask's few thousand cells
     in a chunk of half a million) would pay mostly the runs' 34 bytes, so the encoder
-    chooses longer runs, up to 65,536 cells with a two-byte low part, where the modelled
+    chooses longer runs, up to 4,096 cells with a two-byte low part, where the modelled
     LMDB bytes are fewest and no run holds more than :data:`MAX_RUN_ITEMS` items (what one
     looked-up cell makes a query read). A shard whose runs are not 256 cells records
     ``bucket_bits`` in its metadata.
@@ -45,7 +45,11 @@ from encoders.formats.varint import read_prefix_varint, varint_decode, varint_en
 from subzero.frontier import clip_range, member
 
 BUCKET_BITS = 8  # the default run: 256 cells, a one-byte low part
-MAX_BUCKET_BITS = 16  # the longest: 65,536 cells, a two-byte low part
+MAX_BUCKET_BITS = 16  # the longest a shard may have: 65,536 cells, a two-byte low part
+#: the longest the encoder chooses: past 4,096 cells LMDB fills its pages worse than the
+#: model says (measured on 16x cosmic-ray and star shards: 12 bits 60 and 352 pages, 14
+#: bits 65 and 446, 16 bits 74 and 487)
+CHOSEN_MAX_BITS = 12
 MAX_RUN_ITEMS = 1024  # items a run may hold when it is longer than the default
 _RUN_BYTES = 34  # LMDB's bytes per run held in its leaf page: key, node and sub-page headers
 _SUBDB_BYTES = 64  # per run moved to a sub-database of its own (its record, page header)
@@ -85,10 +89,11 @@ def modelled_bytes(counts: np.ndarray, item: int) -> int:
 
 
 def choose_bits(keys: np.ndarray, ref_bytes: int) -> int:
-    """The run length for sorted unique ``keys``: the fewest modelled bytes among 8 to 16
-    bits (even), runs longer than 256 cells only while none holds over MAX_RUN_ITEMS."""
+    """The run length for sorted unique ``keys``: the fewest modelled bytes among 8 to
+    :data:`CHOSEN_MAX_BITS` bits (even), runs longer than 256 cells only while none holds
+    over MAX_RUN_ITEMS."""
     best, best_bytes = BUCKET_BITS, None
-    for bits in range(BUCKET_BITS, MAX_BUCKET_BITS + 1, 2):
+    for bits in range(BUCKET_BITS, CHOSEN_MAX_BITS + 1, 2):
         counts = _run_counts(keys, bits)
         if bits > BUCKET_BITS and (len(counts) == 0 or counts.max() > MAX_RUN_ITEMS):
             break
