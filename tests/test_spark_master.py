@@ -248,3 +248,41 @@ def test_workers_import_the_installed_pyspark_not_sparks_zip(spark):
     for file, zips, n in files:
         assert file == pyspark.__file__  # the package, with cached bytecode: not the zip
         assert zips and min(zips) >= n - 2  # Spark's zips are still there, last
+
+
+def _large_block_mapping(_):
+    import numpy as np
+
+    a = np.ones(100 << 17)  # 100 MB: over glibc's largest default mmap threshold (32 MB)
+    addr = a.ctypes.data
+    with open("/proc/self/maps") as f:
+        for line in f:
+            span, *rest = line.split()
+            lo, hi = (int(x, 16) for x in span.split("-"))
+            if lo <= addr < hi:
+                return rest[-1] if len(rest) == 5 else ""
+    return None
+
+
+def test_workers_keep_freed_memory_for_their_next_arrays(spark):
+    """Spark's Python workers serve large blocks from their heap (where a freed block stays
+    for the next task's arrays) instead of mapping each anew and faulting its pages in."""
+    if not os.path.exists("/proc/self/maps"):
+        pytest.skip("no /proc")
+    got = spark.sparkContext.parallelize(range(2), 2).map(_large_block_mapping).collect()
+    assert got == ["[heap]", "[heap]"]
+
+
+def test_keep_worker_memory_is_glibcs_mallopt_and_can_be_turned_off(monkeypatch):
+    from subzero.engine.heap import keep_worker_memory
+
+    monkeypatch.setenv("SUBZERO_WORKER_MALLOC", "default")
+    assert keep_worker_memory() is False
+    code = ("from subzero.engine.heap import keep_worker_memory as k; import sys;"
+            "sys.path.insert(0, '.');"
+            "from tests.test_spark_master import _large_block_mapping as m;"
+            "print(m(0)); print(k()); print(m(0))")
+    env = {k: v for k, v in os.environ.items() if k != "SUBZERO_WORKER_MALLOC"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, check=True).stdout.split("\n")
+    assert out[:3] == ["", "True", "[heap]"]  # a fresh mapping before, the heap after

@@ -14,12 +14,17 @@ byte for byte the same sources) move behind the installed packages on ``sys.path
 pyspark's daemon runs as usual (``spark.python.daemon.module``, set by
 :mod:`subzero.engine.spark`). Zips of any other Spark (``SPARK_HOME`` pointing elsewhere, a
 cluster's own) stay first, as Spark put them.
+
+The daemon also makes its workers keep freed memory for their next arrays
+(:func:`subzero.engine.heap.keep_worker_memory`).
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+
+from subzero.engine.heap import keep_worker_memory
 
 
 def shipped_zips(path: list[str]) -> list[str]:
@@ -50,6 +55,7 @@ def installed_first(path: list[str]) -> list[str]:
 
 def main() -> None:
     sys.path[:] = installed_first(sys.path)
+    keep_worker_memory()
     from pyspark import daemon
 
     daemon.manager()
