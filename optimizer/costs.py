@@ -203,6 +203,7 @@ class CostModel:
         key_space = prof.out_size if backward else int(in_size)
         cost = c.stored_cost(matched, payload, not backward, int(n), max(1, prof.tasks),
                              int(ms.pairs), int(ms.out_cells), int(in_cells),
+                             groups=1 if payload and prof.batch_payloads else None,
                              many=encoding_class(s.encoding).many, key_space=key_space)
         if s.mode is Mode.COMP:
             cost += c.map_cost(int(in_size), prof.out_size)

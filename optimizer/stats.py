@@ -133,6 +133,8 @@ class OpProfile:
     #: seconds per output cell that queries measured when they re-executed this operator
     #: on the driver (None: never observed; the cost model estimates it)
     reexec_s_per_cell: float | None = None
+    #: whether a query maps a step's payloads in one call (``Operator.batches_payloads``)
+    batch_payloads: bool = False
 
     @property
     def out_size(self) -> int:
@@ -456,6 +458,7 @@ def load_profiles(home: Any, rid: str, sample: bool = True, catalog: Catalog | N
                        if m is not Mode.BLACKBOX},
                 measured=measured.get(name, {}), probes=probes.get(name, {}),
                 reexec_s_per_cell=observed.get(name),
+                batch_payloads=op.batches_payloads(),
             )
         return out
     finally:

@@ -190,6 +190,11 @@ class Operator(ABC):
         default: a query then calls :meth:`map_p` once per distinct payload)."""
         return None
 
+    def batches_payloads(self) -> bool:
+        """Whether the operator has :meth:`map_p_rows` (a query then maps a step's payloads
+        in one call, however many distinct ones it meets), which the cost models count."""
+        return type(self).map_p_rows is not Operator.map_p_rows
+
     def map_p_rows_hits(self, outcells: np.ndarray, payloads: np.ndarray, i: int,
                         frontier_in: np.ndarray) -> np.ndarray | None:
         """:meth:`map_p_hits` of many payloads at once (rows as in :meth:`map_p_rows`):

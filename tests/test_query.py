@@ -410,3 +410,21 @@ def test_a_stored_step_is_costed_by_the_shards_its_frontier_meets(homes, encoded
     assert s4.method == "reexec"
     assert np.array_equal(r1, run.op("smooth").map_b(one, 0))
     assert np.array_equal(r4, run.op("smooth").map_b(corners, 0))
+
+
+def test_a_payload_step_of_an_operator_with_map_p_rows_is_costed_as_one_call(
+        encoded_runs, monkeypatch):
+    """The choice charges stored payload lineage one ``map_p`` call per distinct payload
+    it may meet, but one call in all when the operator maps payloads in a batch."""
+    home, runs = encoded_runs
+    run = load_run(home, runs[("flares", "comp-one-bwd")])
+    q = QueryExecutor(run, log=False)
+    op = run.op("flare")
+    options = q.choice.methods("flare")
+    facts = q.choice._option_facts(op, 0, True, options)
+    records = [args[6] for (kind, _), _, args in facts if kind == "stored"]
+    assert records and records[0] > 1
+    monkeypatch.setattr(type(op), "batches_payloads", lambda self: True)
+    q2 = QueryExecutor(run, log=False)
+    facts = q2.choice._option_facts(op, 0, True, q2.choice.methods("flare"))
+    assert [args[6] for (kind, _), _, args in facts if kind == "stored"] == [1]

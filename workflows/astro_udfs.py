@@ -763,6 +763,7 @@ def _cr_pieces(cells: np.ndarray, paths: np.ndarray, masks: np.ndarray, shape: S
         rows = np.flatnonzero(~has & (paths[:, 0] == radius))
         centre = cells[rows].astype(np.int64)
         moved = np.ones(len(rows), dtype=bool)
+        centres = []  # a union needs no rows: every step's boxes in one call
         for k in range(paths.shape[1]):  # the radius, then each step
             if k:
                 step = paths[rows, k].astype(np.int64)
@@ -770,9 +771,14 @@ def _cr_pieces(cells: np.ndarray, paths: np.ndarray, masks: np.ndarray, shape: S
                 moved = step != 4  # a stay (code 4) repeats the box before it
                 if not moved.any():
                     continue
+            if not which:
+                centres.append(centre[moved])
+                continue
             boxes = box_neighbours(centre[moved], (int(radius),) * 2, shape)
-            yield (rows[moved][boxes.row_ids()] if which else None,
-                   boxes.values.astype(np.int64))
+            yield rows[moved][boxes.row_ids()], boxes.values.astype(np.int64)
+        if centres:
+            boxes = box_neighbours(np.concatenate(centres), (int(radius),) * 2, shape)
+            yield None, boxes.values.astype(np.int64)
     rows = np.flatnonzero(has)
     if len(rows):
         bits = ((masks[rows, None].astype(np.int64) >> np.arange(25)[None, :]) & 1).astype(bool)

@@ -175,6 +175,8 @@ class MethodChoice:
                 matched = payload and backward or (
                     s.direction is (Direction.BACKWARD if backward else Direction.FORWARD))
                 records = self.stats.get((op.name, s.name), {}).get("records")
+                if payload and op.batches_payloads():  # one map_p_rows call a step
+                    records = 1
                 n_in = max(1, len(op.in_shapes))  # the totals count every input's cells
                 facts.append(((kind, s), map_cost if s.mode is Mode.COMP else 0.0,
                               (matched, payload, n_shards, pairs, outs, ins // n_in,

@@ -129,3 +129,23 @@ def test_summarize_takes_the_best_strategy_per_direction():
     assert both["q_backward"] == pytest.approx(one["q_backward"])
     assert both["q_forward"] < one["q_forward"]
     assert both["disk"] == pytest.approx(one["disk"] + cm.disk(p, "full-one-fwd"))
+
+
+def test_an_operator_mapping_payloads_in_one_call_pays_one_group_not_one_per_payload():
+    """A query maps a step's payloads with one ``map_p_rows`` call when the operator has
+    it (the cosmic-ray detector): its stored lineage is not charged a ``map_p`` call per
+    distinct payload (at 64x that made re-execution look cheaper for 250 cells)."""
+    from dataclasses import replace
+
+    from workflows.astro_udfs import CosmicRayDetect, StarDetect
+
+    assert CosmicRayDetect().batches_payloads()
+    assert not StarDetect().batches_payloads()  # star payloads vary in width
+    pay = ModeStats(pairs=N, out_cells=N, out_distinct=N, payload_bytes=N, payload_cell_bytes=N,
+                    capture_task_s=0.1)
+    cm = CostModel(Calibration.default(), QueryCosts(trace_factor=1e6))
+    p = profile(pay=pay, supported=(Mode.FULL, Mode.PAY), runtime=10.0)
+    per_group = cm.query_cost(p, "pay-one-bwd", "backward", 250)
+    batched = cm.query_cost(replace(p, batch_payloads=True), "pay-one-bwd", "backward", 250)
+    c = cm.query
+    assert per_group - batched == pytest.approx(249 * c.payload_per_group)
