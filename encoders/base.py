@@ -54,8 +54,9 @@ class Table:
     """One LMDB database of a shard, keys sorted so it can be written in append mode.
 
     Either ``items`` (a DUPSORT|DUPFIXED table: one fixed-width ``(n, width)`` uint8 item per
-    key occurrence, keys non-decreasing and items of one key sorted) or ``values`` (a plain
-    table: strictly increasing keys, one uint8 Ragged row per key).
+    key occurrence, keys non-decreasing and items of one key sorted; or, ``packed``, the
+    same items as one plain entry per key) or ``values`` (a plain table: strictly
+    increasing keys, one uint8 Ragged row per key).
     """
 
     name: str
@@ -65,10 +66,23 @@ class Table:
     #: a cell index's run length in bits (:mod:`encoders.layouts.cellindex`): recorded in
     #: the shard's metadata when it is not the default 8
     bucket_bits: int = 8
+    #: ``items`` stored packed: one plain entry per distinct key holding its items one after
+    #: the other (one LMDB put per key instead of per item); readers see the same items
+    packed: bool = False
+
+    @property
+    def has_items(self) -> bool:
+        return self.items is not None
 
     @property
     def dupfixed(self) -> bool:
-        return self.items is not None
+        """A DUPSORT|DUPFIXED table (one LMDB item per key occurrence)."""
+        return self.items is not None and not self.packed
+
+    @property
+    def kind(self) -> str:
+        """What the shard's metadata calls it: ``dupfixed``, ``packed`` or ``plain``."""
+        return "plain" if self.items is None else "packed" if self.packed else "dupfixed"
 
     @property
     def nbytes(self) -> int:
@@ -136,11 +150,14 @@ class ShardData(ABC):
 
     def run_items(self, table: str, key: int) -> bytes:
         """The items stored under one key of a DUPFIXED table as raw bytes, one row of
-        ``8 + width`` bytes per item (the big-endian key, then the item); ``b""`` when the
+        ``8 + width`` bytes per item (the big-endian key, then the item), or, in a packed
+        table (``meta["tables"]``), of ``width`` bytes (the items alone); ``b""`` when the
         key is absent. For lookups of a few cells, which parse these in plain Python."""
         k, items = self.items(table, np.array([key], dtype=np.uint64))
         if not len(k):
             return b""
+        if self.meta.get("tables", {}).get(table) == "packed":
+            return items.tobytes()
         keys = np.ascontiguousarray(k.astype(">u8")).view(np.uint8).reshape(-1, 8)
         return np.concatenate([keys, items], axis=1).tobytes()
 

@@ -50,7 +50,7 @@ from typing import Any, Iterator
 import lmdb
 import numpy as np
 
-from encoders.base import EncodedShard, ShardData, SpatialIndex
+from encoders.base import EncodedShard, ShardData, SpatialIndex, Table
 from encoders.formats.csr import offsets_from_lengths, uniq
 from subzero.cells import Ragged
 from subzero.errors import StoreError
@@ -78,6 +78,16 @@ def _estimate_map(enc: EncodedShard) -> int:
     return int(n * 1.5) + (1 << 20)
 
 
+def _packed_entries(t: Table) -> tuple[np.ndarray, list[bytes]]:
+    """A packed table's distinct keys and, per key, its items' bytes one after the other."""
+    keys = np.asarray(t.keys, dtype=np.uint64)
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else keys
+    w = t.items.shape[1]
+    buf = np.ascontiguousarray(t.items).tobytes()
+    bounds = (np.append(starts, len(keys)) * w).tolist()
+    return keys[starts], [buf[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
 def _write_lmdb(path: Path, enc: EncodedShard) -> tuple[dict[str, Any], dict[str, Any]]:
     """Write every table and blob in one transaction; returns the LMDB statistics of each
     table and of the main database (the tables' records and the blobs)."""
@@ -94,17 +104,20 @@ def _write_lmdb(path: Path, enc: EncodedShard) -> tuple[dict[str, Any], dict[str
                 for t in enc.tables:
                     db = env.open_db(t.name.encode(), txn=txn, dupsort=t.dupfixed,
                                      dupfixed=t.dupfixed)
+                    keys = t.keys
                     if t.dupfixed:
                         w = t.items.shape[1]
                         vals = np.ascontiguousarray(t.items).view(f"V{w}").reshape(-1).tolist()
+                    elif t.packed:  # one entry per key: its items, one after the other
+                        keys, vals = _packed_entries(t)
                     else:
                         buf = t.values.values.tobytes()
                         o = t.values.offsets.tolist()
                         vals = [buf[a:b] for a, b in zip(o[:-1], o[1:])]
                     cur = txn.cursor(db)
-                    consumed, added = cur.putmulti(zip(_key_bytes(t.keys), vals), append=True)
-                    if added != len(t.keys):  # pragma: no cover - would be an encoder bug
-                        raise RuntimeError(f"table {t.name}: {added} of {len(t.keys)} "
+                    consumed, added = cur.putmulti(zip(_key_bytes(keys), vals), append=True)
+                    if added != len(keys):  # pragma: no cover - would be an encoder bug
+                        raise RuntimeError(f"table {t.name}: {added} of {len(keys)} "
                                            "entries written (keys not sorted?)")
                     stats[t.name] = txn.stat(db)
                 for name in sorted(enc.blobs):  # beside the tables' records: no append
@@ -231,10 +244,10 @@ class ShardWriter:
         """Write and publish; returns ``stats`` completed with path and byte counts."""
         tmp = self._make_tmp()
         meta = dict(enc.meta)
-        meta["tables"] = {t.name: "dupfixed" if t.dupfixed else "plain" for t in enc.tables}
-        meta["item_bytes"] = {t.name: int(t.items.shape[1]) for t in enc.tables if t.dupfixed}
+        meta["tables"] = {t.name: t.kind for t in enc.tables}
+        meta["item_bytes"] = {t.name: int(t.items.shape[1]) for t in enc.tables if t.has_items}
         bits = {t.name: int(t.bucket_bits) for t in enc.tables
-                if t.dupfixed and t.bucket_bits != 8}
+                if t.has_items and t.bucket_bits != 8}
         if bits:  # absent: every cell index has 256-cell runs (as before it could differ)
             meta["bucket_bits"] = bits
         meta["rtree_dims"] = {sp.name: int(sp.mins.shape[1]) for sp in enc.rtrees}
@@ -344,11 +357,22 @@ class LmdbShard(ShardData):
     def has_table(self, name: str) -> bool:
         return self._env is not None and name in self.meta.get("lmdb", {})
 
+    def _packed(self, table: str) -> bool:
+        return self.meta.get("tables", {}).get(table) == "packed"
+
     def items(self, table: str, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         w = int(self.meta.get("item_bytes", {}).get(table, 1))
         if not self.has_table(table) or len(keys) == 0:
             return np.empty(0, dtype=np.uint64), np.empty((0, w), dtype=np.uint8)
         cur = self._txn.cursor(self._db(table))
+        if self._packed(table):  # one entry per key: its items, one after the other
+            got = cur.getmulti(_key_bytes(keys), keyfixed=False)
+            if not got:
+                return np.empty(0, dtype=np.uint64), np.empty((0, w), dtype=np.uint8)
+            ks = np.frombuffer(b"".join([k for k, _ in got]), dtype=">u8").astype(np.uint64)
+            n = np.fromiter((len(v) // w for _, v in got), dtype=np.int64, count=len(got))
+            items = np.frombuffer(b"".join([v for _, v in got]), dtype=np.uint8)
+            return np.repeat(ks, n), items.reshape(-1, w)
         buf = cur.getmulti(_key_bytes(keys), dupdata=True, dupfixed_bytes=w, keyfixed=True)
         rec = np.frombuffer(buf, dtype=np.uint8).reshape(-1, 8 + w)
         k = np.ascontiguousarray(rec[:, :8]).view(">u8").reshape(-1).astype(np.uint64)
@@ -361,6 +385,9 @@ class LmdbShard(ShardData):
         cur = self._cursors.get(table)
         if cur is None:  # one per table for the reader's life (its transaction's too)
             cur = self._cursors[table] = self._txn.cursor(self._db(table))
+        if self._packed(table):
+            v = cur.get(int(key).to_bytes(8, "big"))
+            return b"" if v is None else bytes(v)
         return bytes(cur.getmulti([int(key).to_bytes(8, "big")], dupdata=True,
                                   dupfixed_bytes=w, keyfixed=True))
 

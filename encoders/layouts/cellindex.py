@@ -1,18 +1,19 @@
 """The per-cell layout shared by FullOne and PayOne: a cell index plus a record heap.
 
 Cell index
-    One LMDB DUPSORT|DUPFIXED table. Every key cell is one fixed-width duplicate item
-    ``[k & low][ref, big-endian]`` stored under the 8-byte big-endian key ``k & ~low``, the
-    linear index of the run of ``2**bits`` cells holding ``k`` (``low = 2**bits - 1``).
-    LMDB packs the items of one key densely, without its per-entry node header, so a key
-    cell costs its item bytes plus about 34 bytes per run it shares with other key cells,
-    instead of the ``18 + value`` bytes of a plain entry. A lookup of any number of cells
-    reads each run touched once (``Cursor.getmulti`` with ``dupfixed_bytes``) and matches in
-    numpy.
+    One LMDB table of runs. Every key cell is one fixed-width item ``[k & low][ref,
+    big-endian]``, and the items of one run of ``2**bits`` cells (``low = 2**bits - 1``)
+    are one entry under the 8-byte big-endian key ``k & ~low``, one after the other, sorted
+    (a *packed* table, :attr:`encoders.base.Table.packed`). A key cell then costs its item
+    bytes plus about 18 bytes per run it shares with other key cells, and writing a shard
+    is one LMDB put per run, not per cell. A lookup of any number of cells reads each run
+    touched once (``Cursor.getmulti``) and matches in numpy. Shards written before this
+    layout hold the same items as DUPSORT|DUPFIXED duplicates (about 34 bytes a run, a put
+    per cell), which readers still take (``meta["tables"]`` says which).
 
     Dense key sets take 256-cell runs (8 bits, a one-byte low part: what every shard had
     before the run length could vary). Sparse ones (a cosmic-ray mask's few thousand cells
-    in a chunk of half a million) would pay mostly the runs' 34 bytes, so the encoder
+    in a chunk of half a million) would pay mostly the runs' own bytes, so the encoder
     chooses longer runs, up to 4,096 cells with a two-byte low part, where the modelled
     LMDB bytes are fewest and no run holds more than :data:`MAX_RUN_ITEMS` items (what one
     looked-up cell makes a query read). A shard whose runs are not 256 cells records
@@ -47,14 +48,13 @@ from subzero.frontier import clip_range, member
 BUCKET_BITS = 8  # the default run: 256 cells, a one-byte low part
 MAX_BUCKET_BITS = 16  # the longest a shard may have: 65,536 cells, a two-byte low part
 #: the longest the encoder chooses: past 4,096 cells LMDB fills its pages worse than the
-#: model says (measured on 16x cosmic-ray and star shards: 12 bits 60 and 352 pages, 14
-#: bits 65 and 446, 16 bits 74 and 487)
+#: model says (measured on 16x shards, cosmic rays and stars: 8 bits 62 and 342 pages, 12
+#: bits 51 and 303, 14 bits 51 and 324, 16 bits 64 and 382)
 CHOSEN_MAX_BITS = 12
 MAX_RUN_ITEMS = 1024  # items a run may hold when it is longer than the default
-_RUN_BYTES = 34  # LMDB's bytes per run held in its leaf page: key, node and sub-page headers
-_SUBDB_BYTES = 64  # per run moved to a sub-database of its own (its record, page header)
-_NODE_MAX = 2040  # LMDB's largest node on a 4 KB page: longer runs get a sub-database
-_LEAF2 = 4080  # the bytes of items a sub-database's page holds
+_ENTRY_BYTES = 18  # LMDB's bytes per entry besides its value: node header, key, pointer
+_NODE_MAX = 2040  # LMDB's largest node on a 4 KB page: a longer value gets pages of its own
+_PAGE = 4096
 _BATCH = 8192  # runs per getmulti call (deadline checks in between)
 _FEW_RECORDS = 64  # up to this many records are sliced one by one, not gathered
 
@@ -80,12 +80,12 @@ def _run_counts(keys: np.ndarray, bits: int) -> np.ndarray:
 
 
 def modelled_bytes(counts: np.ndarray, item: int) -> int:
-    """LMDB bytes of a cell index whose runs hold ``counts`` items of ``item`` bytes: a run
-    small enough stays in its leaf page, a longer one takes whole pages of its own."""
+    """LMDB bytes of a cell index whose runs hold ``counts`` items of ``item`` bytes, one
+    entry per run: a short one stays in its leaf page, a long one takes whole pages."""
     b = counts.astype(np.int64) * item
-    big = b + 24 > _NODE_MAX
-    pages = -(-b[big] // _LEAF2)
-    return int((b[~big] + _RUN_BYTES).sum() + (pages * 4096 + _SUBDB_BYTES).sum())
+    big = b + 16 > _NODE_MAX
+    pages = -(-(b[big] + 16) // _PAGE)
+    return int((b[~big] + _ENTRY_BYTES).sum() + (pages * _PAGE + _ENTRY_BYTES).sum())
 
 
 def choose_bits(keys: np.ndarray, ref_bytes: int) -> int:
@@ -121,7 +121,7 @@ def index_table(name: str, keys: np.ndarray, refs: np.ndarray, bits: int | None 
     items[:, :lb] = kb[:, 8 - lb:]
     rb = np.ascontiguousarray(refs.astype(">u8")).view(np.uint8).reshape(-1, 8)
     items[:, lb:] = rb[:, 8 - w:]
-    return Table(name, keys & ~low, items=items, bucket_bits=bits)
+    return Table(name, keys & ~low, items=items, bucket_bits=bits, packed=True)
 
 
 def build_heap(values: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -87,7 +87,8 @@ def lookup(shard: ShardData, table: str, q: Sequence[int]) -> list[tuple[int, in
     two-byte ones."""
     bits = bucket_bits(shard, table)
     lb = low_bytes(bits)
-    w = 8 + int(shard.meta.get("item_bytes", {}).get(table, 1))
+    kp = 0 if shard.meta.get("tables", {}).get(table) == "packed" else 8  # key prefix
+    w = kp + int(shard.meta.get("item_bytes", {}).get(table, 1))
     low = (1 << bits) - 1
     out: list[tuple[int, int]] = []
     run, lows, buf = -1, b"", b""
@@ -96,20 +97,20 @@ def lookup(shard: ShardData, table: str, q: Sequence[int]) -> list[tuple[int, in
         if r != run:
             run = r
             buf = shard.run_items(table, r << bits)
-            lows = buf[8::w]
-        j = lows.find(c & low) if lb == 1 else _find_two_byte(buf, w, c & low)
+            lows = buf[kp::w]
+        j = lows.find(c & low) if lb == 1 else _find_two_byte(buf, w, kp, c & low)
         if j >= 0:
-            out.append((c, int.from_bytes(buf[j * w + 8 + lb:(j + 1) * w], "big")))
+            out.append((c, int.from_bytes(buf[j * w + kp + lb:(j + 1) * w], "big")))
     return out
 
 
-def _find_two_byte(buf: bytes, w: int, v: int) -> int:
-    """The item of a run (``w``-byte rows: key, two-byte low part, ref) whose low part is
-    ``v``, by bisection (items are sorted); -1 when none is."""
+def _find_two_byte(buf: bytes, w: int, kp: int, v: int) -> int:
+    """The item of a run (``w``-byte rows: ``kp`` bytes of key, a two-byte low part, the
+    ref) whose low part is ``v``, by bisection (items are sorted); -1 when none is."""
     lo, hi = 0, len(buf) // w
     while lo < hi:
         mid = (lo + hi) >> 1
-        p = mid * w + 8
+        p = mid * w + kp
         x = buf[p] << 8 | buf[p + 1]
         if x < v:
             lo = mid + 1

@@ -175,14 +175,22 @@ def test_touches_is_the_brute_force_test_with_or_without_coordinates(seed):
         assert touches(q, space, shape, coords(q, shape)) == want
 
 
+@pytest.mark.parametrize("packed", [True, False])
 @pytest.mark.parametrize("bits", [8, 10, 12, 16])
 @pytest.mark.parametrize("strategy", ["full-one-bwd", "full-one-fwd", "pay-one-bwd"])
-def test_every_run_length_answers_as_brute_force(tmp_path, monkeypatch, strategy, bits):
+def test_every_run_length_answers_as_brute_force(tmp_path, monkeypatch, strategy, bits,
+                                                 packed):
     """Sparse key cells (a cosmic-ray mask's shape) in runs of 2**bits cells: lookups of a
-    few cells (plain Python), of many (numpy), and whole scans give the brute-force answer."""
+    few cells (plain Python), of many (numpy), and whole scans give the brute-force answer,
+    whether a run is one packed entry or (as shards written before) LMDB duplicates."""
+    from dataclasses import replace
+
     from encoders.layouts import cellindex
 
     monkeypatch.setattr(cellindex, "choose_bits", lambda keys, w: bits)
+    index_table = cellindex.index_table
+    monkeypatch.setattr(cellindex, "index_table",
+                        lambda *a, **k: replace(index_table(*a, **k), packed=packed))
     shape = (300, 400)
     n = shape[0] * shape[1]
     rng = np.random.default_rng(bits)
@@ -198,6 +206,10 @@ def test_every_run_length_answers_as_brute_force(tmp_path, monkeypatch, strategy
     table = "k0" if strategy == "full-one-fwd" else "k"
     with open_shard(st["path"]) as r:
         assert r.meta.get("bucket_bits", {}).get(table, 8) == bits
+        assert r.meta["tables"][table] == ("packed" if packed else "dupfixed")
+        key_cells = keys if table == "k" else np.unique(np.concatenate(vals)).astype(np.uint64)
+        runs = len(np.unique(key_cells >> np.uint64(bits)))
+        assert r.meta["lmdb"][table]["entries"] == (runs if packed else len(key_cells))
         q_few = np.unique(np.r_[keys[::60], rng.integers(0, n, 20)]).astype(np.uint64)
         q_many = np.unique(np.r_[keys[::3], rng.integers(0, n, 500)]).astype(np.uint64)
         for q in (q_few, q_many):
