@@ -311,6 +311,7 @@ class LACosmic:
     cand: np.ndarray
     grow1: np.ndarray
     s: np.ndarray  # S = L+ / 2N where computed, 0 elsewhere
+    gated: np.ndarray | None = None  # x > gate: the pixels that may be flagged
 
 
 def lacosmic(x: np.ndarray, gain: float = 2.2, readnoise: float = 10.0, sigclip: float = 5.0,
@@ -327,7 +328,7 @@ def lacosmic(x: np.ndarray, gain: float = 2.2, readnoise: float = 10.0, sigclip:
     gated = x > gate
     if not gated.any():
         none = np.zeros(shape, dtype=bool)
-        return LACosmic(none, np.full(shape, -np.inf), none, none, np.zeros(shape))
+        return LACosmic(none, np.full(shape, -np.inf), none, none, np.zeros(shape), gated)
     flat = x.reshape(-1)
     # where each quantity is needed: the final mask only on gated pixels; S' (and the
     # candidates) within 2 of them (two 3x3 growths); S in the 5x5 windows of those.
@@ -357,7 +358,7 @@ def lacosmic(x: np.ndarray, gain: float = 2.2, readnoise: float = 10.0, sigclip:
     cand, grow1, mask = (np.zeros(size, dtype=bool) for _ in range(3))
     cand[cand_at] = grow1[grow1_at] = mask[grow_at] = True
     return LACosmic(mask.reshape(shape), sp.reshape(shape), cand.reshape(shape),
-                    grow1.reshape(shape), s.reshape(shape))
+                    grow1.reshape(shape), s.reshape(shape), gated)
 
 
 def remove_cosmic_rays(image: np.ndarray, mask: np.ndarray, radius: int = RMCR_RADIUS
@@ -602,16 +603,19 @@ _STEPS = ((0, 0), (-1, 0), (0, -1), (0, 1), (1, 0), (-1, -1), (-1, 1), (1, -1), 
 _STAY = 4
 
 
-def _first_step(mask: np.ndarray, cy: np.ndarray, cx: np.ndarray) -> np.ndarray:
+def _first_step(mask: np.ndarray, cy: np.ndarray, cx: np.ndarray,
+                above: float | None = None) -> np.ndarray:
     """Per cell ``(cy, cx)``, the code of the nearest 3x3 neighbour (itself first) where
-    ``mask`` holds, or -1."""
+    ``mask`` holds (with ``above``: where ``mask``, then an array of values, is above it;
+    compared at the neighbours only, not over the whole image), or -1."""
     h, w = mask.shape
     code = np.full(len(cy), -1, dtype=np.int64)
     for dy, dx in _STEPS:
         yy, xx = cy + dy, cx + dx
         todo = (code < 0) & (yy >= 0) & (yy < h) & (xx >= 0) & (xx < w)
+        got = mask[yy[todo], xx[todo]]
         hit = np.zeros(len(cy), dtype=bool)
-        hit[todo] = mask[yy[todo], xx[todo]]
+        hit[todo] = got if above is None else got > above
         code[hit] = (dy + 1) * 3 + (dx + 1)
     return code
 
@@ -637,7 +641,9 @@ def cr_paths(det: LACosmic, cy: np.ndarray, cx: np.ndarray, sigclip: float,
     out[:, 1:] = _STAY
     flagged = det.mask[cy, cx]
     low = ~flagged & (det.sp[cy, cx] <= sigclip * sigfrac)
-    calm = ~flagged & ~low & (_first_step(det.sp > sigclip, cy, cx) < 0)
+    calm = np.zeros(n, dtype=bool)
+    rest = np.flatnonzero(~flagged & ~low)  # only these can be calm
+    calm[rest] = _first_step(det.sp, cy[rest], cx[rest], above=sigclip) < 0
     out[:, 0] = np.where(flagged | low, SP_RADIUS, np.where(calm, SP_RADIUS + 1, CR_RADIUS))
     if flagged.any():
         fy, fx = cy[flagged], cx[flagged]
@@ -1077,7 +1083,7 @@ class CosmicRayDetect(_PathPayload, _IdentityDefault, UDF):
         det = lacosmic(x, self.gain, self.readnoise, self.sigclip, self.sigfrac, self.objlim,
                        self.sky, self.gate)
         out = det.mask[inner]
-        cand = x[inner] > self.gate  # the same test the kernel gates with
+        cand = det.gated[inner]  # x > gate: the test the kernel gates with
         local = cells_where(cand)
         cells = ctx.chunk.out_cells(local)
         if len(cells):
