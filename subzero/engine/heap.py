@@ -15,7 +15,9 @@ Spark's Python workers keep freed memory for good (:func:`keep_worker_memory`, c
 their daemon, :mod:`subzero.engine.daemon`, before it forks them): they run task after task
 whose chunks are as large as glibc's largest mmap threshold or larger (a 64x chunk of
 float64 is 33 MB, a global operator's array 525 MB), each mapped anew and faulted in
-without it. ``SUBZERO_WORKER_MALLOC=default`` leaves glibc's own settings.
+without it. The price: a worker's resident memory stays near its peak between tasks (at
+64x: 219 and 415 MB resident in the two workers after a black-box run), which Spark's own
+memory settings do not count. ``SUBZERO_WORKER_MALLOC=default`` leaves glibc's own settings.
 """
 
 from __future__ import annotations
