@@ -359,7 +359,17 @@ def _pick(run: Any, name: str, positive: bool, k: int, seed: int) -> np.ndarray:
     ``seed`` among all of them in row-major order (all when there are ``k`` or fewer).
     One pass over row blocks keeping the cells found while they are at most
     :data:`KEEP_HITS`; beyond, a second pass reads the blocks holding a chosen cell, so
-    memory stays bounded."""
+    memory stays bounded. The run remembers the cells chosen (a finished run's arrays do
+    not change), so queries that start from the same cells scan the array once."""
+    memo = getattr(run, "__dict__", {}).setdefault("_astronomy_picks", {})
+    key = (name, positive, k, seed)
+    if key not in memo:  # BQ1 and BQ3 start from the same star pixels: one scan
+        memo[key] = _pick_scan(run, name, positive, k, seed)
+    return memo[key].copy()
+
+
+def _pick_scan(run: Any, name: str, positive: bool, k: int, seed: int) -> np.ndarray:
+    """:func:`_pick`, reading the array."""
     def hit(b: np.ndarray) -> np.ndarray:
         return b > 0 if positive else b.astype(bool)
 

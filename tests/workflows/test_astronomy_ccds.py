@@ -320,3 +320,27 @@ def test_query_cells_and_summary_read_row_blocks_like_the_whole_array(
                 for k in (1, 2))
     assert line == (f"2 CCDs: cosmic rays: {crs[0]:,} pixels flagged in exp1, {crs[1]:,} in "
                     f"exp2; stars: {stars:,} detected")
+
+
+def test_queries_starting_from_the_same_cells_scan_the_array_once(tmp_path, monkeypatch):
+    """BQ1 and BQ3 start from the same 10 star pixels (BQ0 and BQ2 from the same cleaned
+    ones): choosing them reads clust (maskexp) once per run, not once per query."""
+    wf = astronomy.build(shape="64x48")
+    rng = np.random.default_rng(4)
+    arrays = {"clust": (rng.random((64, 48)) < 0.05) * rng.integers(1, 30, (64, 48)),
+              "maskexp": rng.random((64, 48)) < 0.02}
+    stored = Stored(wf, arrays, tmp_path, chunk_rows=7, ours=True)
+    scans = []
+    real = astronomy._row_blocks
+
+    def spy(run, name, only=None):
+        scans.append(name)
+        return real(run, name, only)
+
+    monkeypatch.setattr(astronomy, "_row_blocks", spy)
+    got = {q: wf.queries[q].cells(stored) for q in ("BQ0", "BQ1", "BQ2", "BQ3")}
+    assert scans == ["maskexp", "clust"]
+    assert np.array_equal(got["BQ1"], got["BQ3"]) and np.array_equal(got["BQ0"], got["BQ2"])
+    got["BQ1"][0, 0] = -1  # a caller's copy: the remembered cells stay as chosen
+    assert np.array_equal(wf.queries["BQ3"].cells(stored),
+                          wf.queries["BQ3"].cells(Arrays(wf, arrays)))
