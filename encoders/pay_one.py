@@ -19,7 +19,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from encoders.base import EncodedShard, Encoding, ShardData, check_deadline
-from encoders.formats.csr import take_rows, uniq_inverse
+from encoders.formats.csr import run_starts, take_rows, uniq_inverse
 from encoders.formats.hashing import dedup_rows
 from encoders.formats.payloads import join_bytes, payload_ids, read_section, section_tokens
 from encoders.layouts import cellindex, fewcells
@@ -46,9 +46,7 @@ def group_cells_by_ref(cells: np.ndarray, refs: np.ndarray
     """``(distinct refs, cells sorted by ref, CSR offsets of each ref's cells)``."""
     order = np.lexsort((cells, refs))
     c, r = cells[order], refs[order]
-    first = np.ones(len(r), dtype=bool)
-    first[1:] = r[1:] != r[:-1]
-    starts = np.flatnonzero(first)
+    starts = run_starts(r)
     return r[starts], c, np.append(starts, len(r)).astype(np.int64)
 
 
@@ -127,16 +125,11 @@ class PayOne(Encoding):
         for c, r in found:
             by_ref.setdefault(r, []).append(c)
         refs = sorted(by_ref)
-        heap = memoryview(shard.blob(HEAP))
-        spans = [cellindex.record_span(heap, r) for r in refs]
-        body = b"".join([heap[a:a + n] for a, n in spans])
+        body, boff = cellindex.read_records(shard.blob(HEAP), np.array(refs, dtype=np.int64))
         cells = [c for r in refs for c in by_ref[r]]
         coff = list(accumulate([len(by_ref[r]) for r in refs], initial=0))
-        boff = list(accumulate([n for _, n in spans], initial=0))
         return PayloadRecords(Ragged(np.array(cells, dtype=np.uint64),
-                                     np.array(coff, dtype=np.int64)),
-                              Ragged(np.frombuffer(body, dtype=np.uint8),
-                                     np.array(boff, dtype=np.int64)))
+                                     np.array(coff, dtype=np.int64)), Ragged(body, boff))
 
     @staticmethod
     def _records(shard: ShardData, cells: np.ndarray, refs: np.ndarray,

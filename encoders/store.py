@@ -51,7 +51,7 @@ import lmdb
 import numpy as np
 
 from encoders.base import EncodedShard, ShardData, SpatialIndex, Table
-from encoders.formats.csr import offsets_from_lengths, uniq
+from encoders.formats.csr import offsets_from_lengths, run_starts, uniq
 from subzero.cells import Ragged
 from subzero.errors import StoreError
 from subzero.jsonio import json_default
@@ -81,7 +81,7 @@ def _estimate_map(enc: EncodedShard) -> int:
 def _packed_entries(t: Table) -> tuple[np.ndarray, list[bytes]]:
     """A packed table's distinct keys and, per key, its items' bytes one after the other."""
     keys = np.asarray(t.keys, dtype=np.uint64)
-    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else keys
+    starts = run_starts(keys)
     w = t.items.shape[1]
     buf = np.ascontiguousarray(t.items).tobytes()
     bounds = (np.append(starts, len(keys)) * w).tolist()

@@ -81,6 +81,19 @@ def interleave(parts: Sequence[tuple[np.ndarray, np.ndarray]], dtype=None
     return out, out_off
 
 
+def run_starts(x: np.ndarray) -> np.ndarray:
+    """Where each run of equal values of a sorted (or grouped) array starts.
+
+    >>> run_starts(np.array([3, 3, 5, 7, 7, 7])).tolist()
+    [0, 2, 3]
+    """
+    x = np.asarray(x).reshape(-1)
+    first = np.ones(len(x), dtype=bool)
+    if len(x) > 1:
+        np.not_equal(x[1:], x[:-1], out=first[1:])
+    return np.flatnonzero(first)
+
+
 def uniq_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(distinct sorted values, inverse, index of the first occurrence of each)``."""
     x = np.asarray(x).reshape(-1)

@@ -41,7 +41,8 @@ from typing import Iterator
 import numpy as np
 
 from encoders.base import ShardData, Table, check_deadline
-from encoders.formats.csr import gather_index, interleave, offsets_from_lengths, uniq
+from encoders.formats.csr import (gather_index, interleave, offsets_from_lengths, run_starts,
+                                  uniq)
 from encoders.formats.varint import read_prefix_varint, varint_decode, varint_encode
 from subzero.frontier import clip_range, member
 
@@ -74,9 +75,8 @@ def bucket_bits(shard: ShardData, table: str) -> int:
 
 
 def _run_counts(keys: np.ndarray, bits: int) -> np.ndarray:
-    r = keys >> np.uint64(bits)
-    starts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
-    return np.diff(np.r_[starts, len(r)])
+    starts = run_starts(keys >> np.uint64(bits))
+    return np.diff(np.append(starts, len(keys)))
 
 
 def modelled_bytes(counts: np.ndarray, item: int) -> int:

@@ -55,6 +55,7 @@ from encoders.formats.csr import (
     gather_index,
     interleave,
     offsets_from_lengths,
+    run_starts,
     segment_any,
     take_rows,
 )
@@ -454,7 +455,7 @@ def _reach_boxes(d: Decoded, off: np.ndarray, oo: np.ndarray, boxed: np.ndarray,
     rmin, rmax = range_cover(d.starts[runs], d.starts[runs] + (d.lengths[runs] - 1).astype(U64),
                              shape)
     g = d.group[runs]
-    first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    first = run_starts(g)
     kmn = np.minimum.reduceat(rmin, first, axis=0)
     kmx = np.maximum.reduceat(rmax, first, axis=0)
     cnt = np.diff(oo)[groups]
