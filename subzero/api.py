@@ -52,12 +52,15 @@ class Home:
             plan: Mapping[str, Sequence[str]] | None = None,
             inputs: Mapping[str, str] | None = None, chunks: Any = None, split: Any = None,
             master: str | None = None, max_disk: int | None = None,
-            quiet: bool | None = None, **params: Any) -> "Run":
+            quiet: bool | None = None, where: str = "auto", **params: Any) -> "Run":
         """Run a workflow (a name from ``subzero workflows``, or a :class:`Workflow`).
 
-        The run says on stderr where its inputs come from, that Spark is starting, and how
-        far it is (a progress bar on a terminal, a line every few seconds elsewhere);
-        ``quiet=True`` (default: ``$SUBZERO_QUIET`` set to anything but 0) silences it.
+        The run says on stderr where its inputs come from, whether it runs in this process
+        or starts Spark, and how far it is (a progress bar on a terminal, a line every few
+        seconds elsewhere); ``quiet=True`` (default: ``$SUBZERO_QUIET`` set to anything but
+        0) silences it. ``where``: ``"auto"`` (a small run on a local master runs in this
+        process when that is quicker), ``"spark"`` or ``"driver"``
+        (:mod:`subzero.engine.placement`).
         """
         if isinstance(workflow, str):
             workflow = workflows.build(workflow, inputs=inputs, **params)
@@ -68,7 +71,7 @@ class Home:
         chunking = Chunking(split=split, chunks=chunks) if (chunks or split) else Chunking()
         res = run_workflow(workflow, self.path, inputs=inputs, strategy=strategy, plan=plan,
                            chunking=chunking, master=master, max_disk=max_disk,
-                           progress=not quiet, notify=None if quiet else say)
+                           progress=not quiet, notify=None if quiet else say, where=where)
         out = self.get(res.run)
         out.result = res
         out.choose_named_cells()

@@ -585,14 +585,6 @@ def test_a_chunk_write_that_fails_leaves_the_old_chunk_and_no_stray_file(tmp_pat
     assert sorted(p.name for p in files.file((0, 0)).parent.iterdir()) == ["0"]
 
 
-def test_preload_imports_zarr_on_a_thread_of_its_own():
-    code = ("import sys; from subzero.engine import arrays; assert 'zarr' not in sys.modules; "
-            "t = arrays.preload(); t.join(60); print(t.name, 'zarr' in sys.modules)")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
-    assert p.stdout.split() == ["subzero-preload", "True"]
-
-
 def test_large_blocks_of_many_chunks_are_read_and_written_on_threads_alike(tmp_path,
                                                                            monkeypatch):
     import threading
@@ -657,3 +649,45 @@ def test_chunk_threads_never_wait_on_their_own_pool(monkeypatch):
     t.start()
     t.join(60)
     assert not t.is_alive() and sorted(done) == [(k, j) for k in range(8) for j in range(3)]
+
+
+@pytest.mark.parametrize("dtype", ["bool", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8",
+                                   "f2", "f4", "f8"])
+@pytest.mark.parametrize("shape, chunks", [((7, 5), (3, 5)), ((), ()), ((10,), (4,)),
+                                           ((3, 4, 5), (2, 2, 5))])
+def test_numeric_arrays_are_created_with_the_metadata_zarr_writes(tmp_path, dtype, shape,
+                                                                  chunks):
+    """create_array writes a numeric array's zarr.json itself (no zarr import): the very
+    bytes zarr writes for the same arguments, and zarr reads and writes the array."""
+    import zarr
+
+    mine, theirs = tmp_path / "a.zarr", tmp_path / "b.zarr"
+    arrays.create_array(mine, shape, dtype, chunks)
+    zarr.create_array(
+        store=str(theirs), shape=shape, chunks=chunks, dtype=np.dtype(dtype), fill_value=0,
+        overwrite=False, config={"write_empty_chunks": True},
+        compressors=[zarr.codecs.BloscCodec(cname="lz4", clevel=5, shuffle=arrays.SHUFFLE)],
+        attributes={arrays.ALL_CHUNKS: True})
+    assert (mine / "zarr.json").read_bytes() == (theirs / "zarr.json").read_bytes()
+    assert sorted(p.name for p in mine.iterdir()) == ["zarr.json"]  # no temporary left
+    x = (np.arange(int(np.prod(shape))).reshape(shape) % 3).astype(dtype)
+    arrays.write_block(mine, Box.full(shape), x)
+    assert np.array_equal(zarr.open_array(str(mine))[...], x)
+    with pytest.raises(StoreError, match="already exists"):
+        arrays.create_array(mine, shape, dtype, chunks)
+
+
+def test_creating_a_numeric_array_needs_no_zarr(tmp_path):
+    code = ("import sys; from subzero.engine import arrays; "
+            f"arrays.create_array({str(tmp_path / 'a.zarr')!r}, (4, 3), 'f8', (2, 3)); "
+            "print('zarr' in sys.modules)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["False"]
+
+
+@pytest.mark.parametrize("dtype", ["U5", "c16", ">f8"])
+def test_other_arrays_are_created_by_zarr(tmp_path, dtype):
+    assert arrays.array_metadata((4,), np.dtype(dtype), (2,)) is None
+    arrays.create_array(tmp_path / "t.zarr", (4,), dtype, (2,))
+    assert arrays.open_array(tmp_path / "t.zarr").shape == (4,)

@@ -60,7 +60,8 @@ def test_run_json_runs_and_export(spark, home, capsys, tmp_path):
     doc = json.loads(capsys.readouterr().out)
     assert set(doc) == {"run", "workflow", "strategy", "runtime_s", "input_bytes",
                         "lineage_bytes", "operators", "summary", "stages", "concurrency",
-                        "driver_peak_rss", "inputs"}
+                        "driver_peak_rss", "inputs", "placement"}
+    assert doc["placement"]["where"] in ("driver", "spark") and doc["placement"]["why"]
     assert doc["inputs"]["image"]["kind"] == "workflow"  # generated, no file
     assert doc["stages"] >= 1 and doc["driver_peak_rss"] > 0
     assert doc["workflow"] == "example" and doc["strategy"] == "blackbox-opt"

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.spark
 # -- a worker killed mid-task ---------------------------------------------------------------
 
 KILL_RUN = ["astronomy", "--strategy", "full-one", "--param", "shape=1200x513",
-            "--param", "data=generated", "--chunks", "4"]
+            "--param", "data=generated", "--chunks", "4", "--where", "spark"]
 
 
 def _leftovers(home: Path) -> list[Path]:

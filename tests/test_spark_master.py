@@ -145,7 +145,7 @@ CRASH_ONCE = textwrap.dedent('''
     wf = Workflow("crash-once")
     wf.input("a", (64, 48), source=lambda: np.arange(3072, dtype="float64").reshape(64, 48))
     wf.add("twice", CrashOnce(sys.argv[2]), "a")  # 3072 cells: a Spark stage, not the driver
-    res = run_workflow(wf, home=sys.argv[1])
+    res = run_workflow(wf, home=sys.argv[1], where="spark")  # Spark tasks, not the driver
     print(json.dumps({"run": res.run}))
 ''')
 

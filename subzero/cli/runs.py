@@ -20,6 +20,7 @@ from subzero.cli.common import (CliError, check_output, emit_json, output_file,
 from subzero.engine import layout
 from subzero.engine.catalog import Catalog
 from subzero.engine.inputs import origin_text
+from subzero.engine.placement import WHERE
 from subzero.engine.spark import check_master, resolve_master
 from subzero.engine.runner import RunResult, run_workflow
 from subzero.sizes import human_bytes, parse_size
@@ -119,7 +120,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     res = run_workflow(
         wf, home=args.home, inputs=inputs, strategy=strategy, plan=plan, label=label,
         chunking=chunking, master=args.master,
-        progress=True, notify=say, max_disk=max_disk,
+        progress=True, notify=say, max_disk=max_disk, where=args.where,
     )
     notes = _run_summary(args, res)
     if args.json:
@@ -278,6 +279,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     s.add_argument("--scale", type=int, default=None, help="genomics: patient replication")
     s.add_argument("--chunks", help="chunks per axis ('4', '4x2') or chunk shape ('500,513')")
     s.add_argument("--master", help="Spark master URL (default $SUBZERO_SPARK_MASTER or local[*,4]: all cores, 4 tries per task)")
+    s.add_argument("--where", choices=WHERE, default="auto",
+                   help="run as Spark jobs, or in this process (driver); auto (default): "
+                   "a small run on a local master runs in this process when that is quicker")
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser("runs", parents=[common], help="list runs")

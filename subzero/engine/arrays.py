@@ -21,6 +21,7 @@ import itertools
 import json
 import mmap
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -99,41 +100,80 @@ def each(fn: Callable[[Any], None], keys: Sequence[Any], nbytes: int) -> None:
             raise e
 
 
-def preload() -> threading.Thread:
-    """Import zarr (0.3-0.4 s) on a background thread, for a caller that will create arrays
-    after a wait of its own (a run, while the Spark session starts); returns the thread.
-    An import the caller makes meanwhile waits for this one (Python's import lock)."""
-
-    def load() -> None:
-        try:
-            import zarr  # noqa: F401
-        except Exception:  # noqa: BLE001 - the caller's own import reports it
-            pass
-
-    t = threading.Thread(target=load, name="subzero-preload", daemon=True)
-    t.start()
-    return t
+#: zarr v3's names of the numeric dtypes whose metadata :func:`create_array` writes itself
+_ZARR_NAMES = {np.dtype(t): n for t, n in [
+    ("bool", "bool"), ("int8", "int8"), ("int16", "int16"), ("int32", "int32"),
+    ("int64", "int64"), ("uint8", "uint8"), ("uint16", "uint16"), ("uint32", "uint32"),
+    ("uint64", "uint64"), ("float16", "float16"), ("float32", "float32"),
+    ("float64", "float64")]}
 
 
-def create_array(path: Path, shape: Sequence[int], dtype: Any, chunks: Sequence[int]) -> Any:
-    """Create an empty zarr array; refuse to overwrite one that exists."""
-    import zarr  # zarr only once an array is touched (slow to import)
+def array_metadata(shape: Sequence[int], dtype: np.dtype, chunks: Sequence[int]
+                   ) -> dict[str, Any] | None:
+    """The ``zarr.json`` zarr 3 writes for a numeric array as :func:`create_array` makes it
+    (Blosc LZ4 after a byte shuffle, fill 0, every chunk written), None for a dtype it
+    leaves to zarr (text, complex, non-native byte order). The tests check it against what
+    zarr itself writes, dtype by dtype."""
+    dtype = np.dtype(dtype)
+    name = _ZARR_NAMES.get(dtype)
+    if name is None or not dtype.isnative:
+        return None
+    fill: Any = False if dtype.kind == "b" else 0.0 if dtype.kind == "f" else 0
+    return {
+        "shape": [int(n) for n in shape],
+        "data_type": name,
+        "chunk_grid": {"name": "regular",
+                       "configuration": {"chunk_shape": [int(c) for c in chunks]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": fill,
+        "codecs": [
+            # zarr names no byte order for one-byte types
+            {"name": "bytes"} if dtype.itemsize == 1 else
+            {"name": "bytes", "configuration": {"endian": "little"}},
+            {"name": "blosc", "configuration": {
+                "typesize": dtype.itemsize, "cname": "lz4", "clevel": 5, "shuffle": SHUFFLE,
+                "blocksize": 0}},
+        ],
+        "attributes": {ALL_CHUNKS: True},
+        "zarr_format": 3,
+        "node_type": "array",
+        "storage_transformers": [],
+    }
 
+
+def create_array(path: Path, shape: Sequence[int], dtype: Any, chunks: Sequence[int]) -> None:
+    """Create an empty zarr array; refuse to overwrite one that exists.
+
+    A numeric array's ``zarr.json`` is written here (:func:`array_metadata`): importing
+    zarr takes 0.3-0.4 s, and a run whose tasks write straight to the chunk files
+    (:class:`ChunkFiles`) needs nothing else of it. Other arrays are created by zarr."""
     path = Path(path)
     if path.exists():
         raise StoreError(f"array {path.name[:-5]!r} already exists at {path} (no overwrite)")
     dtype = np.dtype(dtype)
     chunks = tuple(max(1, int(c)) for c in chunks) or ()
+    doc = array_metadata(shape, dtype, chunks) if sys.byteorder == "little" else None
+    if doc is not None:
+        try:
+            path.mkdir(parents=True)
+        except FileExistsError:
+            raise StoreError(
+                f"array {path.name[:-5]!r} already exists at {path} (no overwrite)") from None
+        tmp = path / f".zarr.json.{os.getpid()}-{threading.get_ident()}.tmp"
+        tmp.write_text(json.dumps(doc, indent=2))
+        os.replace(tmp, path / "zarr.json")
+        return
+    import zarr  # zarr only for arrays it creates itself (slow to import)
+
     fill = "" if _is_text(dtype) else 0
     compressors: Any = "auto" if _is_text(dtype) else [
         zarr.codecs.BloscCodec(cname="lz4", clevel=5, shuffle=SHUFFLE)]
     try:
-        arr = zarr.create_array(
+        zarr.create_array(
             store=str(path), shape=tuple(shape), chunks=chunks, dtype=_zarr_dtype(dtype),
             fill_value=fill, overwrite=False, compressors=compressors,
             config={"write_empty_chunks": True}, attributes={ALL_CHUNKS: True},
         )
-        return arr
     except zarr.errors.ContainsArrayError:
         raise StoreError(
             f"array {path.name[:-5]!r} already exists at {path} (no overwrite)") from None

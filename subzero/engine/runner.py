@@ -5,7 +5,9 @@ each one Spark job with one task per output chunk (:mod:`subzero.engine.tasks`),
 small steps:
 
 1. validate the workflow, resolve its strategies, check the inputs and note where each
-   comes from (:func:`_say_inputs`), start Spark and open the run's catalog row;
+   comes from (:func:`_say_inputs`), plan the stages, choose where they execute
+   (:func:`_place`: a small run on a local master runs its tasks in this process, without
+   Spark jobs), start Spark if they need it and open the run's catalog row;
    :func:`_store_inputs` writes the inputs the driver reads whole (small ones); the
    others are produced chunk by chunk by the first stages' tasks;
 2. :func:`_save_workflow`: the bound workflow, for re-execution;
@@ -45,7 +47,8 @@ from subzero.engine import arrays, layout
 from subzero.engine.capacity import check_fits
 from subzero.engine.catalog import Catalog, shard_row
 from subzero.engine.inputs import input_origins, origin_text, plan_inputs
-from subzero.engine.spark import get_spark, resolve_master
+from subzero.engine.placement import Placement, check_where, place
+from subzero.engine.spark import active_session, check_master, get_spark, local_cores, resolve_master
 from subzero.engine.stages import Stage, plan_stages
 from subzero.engine.tasks import (
     GroupJob,
@@ -81,6 +84,9 @@ class RunResult:
     driver_peak_rss: int = 0
     #: where each input came from (:func:`subzero.engine.inputs.input_origins`)
     inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: where the run executed (Spark jobs or the driver) and why
+    #: (:mod:`subzero.engine.placement`)
+    placement: Placement | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -89,6 +95,7 @@ class RunResult:
             "lineage_bytes": self.lineage_bytes, "stages": self.stages,
             "concurrency": self.concurrency, "driver_peak_rss": self.driver_peak_rss,
             "operators": self.operators, "inputs": self.inputs,
+            "placement": self.placement.to_json() if self.placement else None,
         }
 
 
@@ -449,6 +456,15 @@ def _execute(r: _Run, stages: list[Stage], sources: Mapping[str, Callable[[Box],
     return most
 
 
+def _place(wf: Workflow, stages: list[Stage], where: str, master: str, cores: int,
+           warm: bool) -> Placement:
+    """Where the run executes (:func:`subzero.engine.placement.place`): its stages' cells,
+    and the Spark jobs it would take (stages run on the driver anyway left out)."""
+    cells = [_stage_cells(wf, st) for st in stages]
+    jobs = sum(1 for c in cells if c > DRIVER_STAGE_CELLS)
+    return place(where, cells, jobs, cores, local=local_cores(master) is not None, warm=warm)
+
+
 def disk_bytes(path: Path) -> int:
     """What the files and folders under ``path`` take on disk: per entry the larger of its
     size and its allocated blocks, so the figure bounds both ``du -sb`` (apparent sizes,
@@ -555,6 +571,7 @@ def run_workflow(
     fuse: bool = True,
     workers: int | None = None,
     notify: Callable[[str], None] | None = None,
+    where: str = "auto",
 ) -> RunResult:
     """Execute ``wf`` on Spark and record everything in the home's catalog.
 
@@ -577,6 +594,12 @@ def run_workflow(
 
     ``notify(line)`` hears what the run does (see the module docstring); with ``progress``
     it also hears the operators done when stderr is not a terminal.
+
+    ``where`` is ``"auto"`` (default), ``"spark"`` or ``"driver"``: under ``auto`` a small
+    run on a local master executes in this process, without Spark jobs (nor a session, if
+    none runs yet), when that is modelled quicker (:mod:`subzero.engine.placement`); a
+    ``spark`` session handed over is used. The result's ``placement`` says where the run
+    executed and why.
     """
     wf.validate()
     resolved = wf.plan(plan if plan is not None else strategy)
@@ -586,27 +609,43 @@ def run_workflow(
     home = layout.resolve_home(home)
     layout.check_writable_home(home)  # a home that is a file or read-only: before Spark starts
     check_fits(wf, home, inputs)
+    check_where(where)
     sources, data = plan_inputs(wf, inputs)
     origins = input_origins(wf, inputs)
+    if spark is not None and where == "auto":
+        where = "spark"  # a caller that hands over a session runs on it
     if spark is None:
-        arrays.preload()  # the run's first arrays need zarr: imported while Spark starts
+        spark = active_session()
+    warm = spark is not None
+    want = check_master(resolve_master(master))
+    cores = local_cores(want) if spark is None else int(spark.sparkContext.defaultParallelism)
+    if spark is None and cores is None and where != "driver":  # a cluster's own parallelism
         spark = get_spark(master, layout.logs_dir(home), notify=notify)
+        cores = int(spark.sparkContext.defaultParallelism)
+    cores = cores or local_cores("local[*]") or 1
     if notify is not None:
         _say_inputs(origins, notify)
         if plan is None:
             _say_stores_nothing(wf, strategy, resolved, notify)
-    parallelism = int(spark.sparkContext.defaultParallelism)
     if chunking.is_default:
-        chunking = chunking.with_tasks(parallelism)
+        chunking = chunking.with_tasks(cores)
     if workers is None:
-        workers = 1 if max_disk is not None else max(2, parallelism)
+        workers = 1 if max_disk is not None else max(2, cores)
     stages = plan_stages(wf, set(sources), chunking.chunk_shape, fuse=fuse)
+    placed = _place(wf, stages, where, want, cores, warm)
+    if placed.where == "driver":
+        spark = None
+        if notify is not None:
+            notify(f"running in this process, not as Spark jobs ({placed.why}; "
+                   f"--where spark to use Spark)")
+    elif spark is None:
+        spark = get_spark(master, layout.logs_dir(home), notify=notify)
     cat = Catalog(layout.catalog_path(home))
     label = label or ("plan" if plan is not None else strategy)
     rid = cat.create_run(
         wf.name, params=wf.params, strategy=label,
         plan={n: [s.name for s in ss] for n, ss in resolved.items()},
-        master=resolve_master(master), chunking=chunking.to_json(),
+        master=want, chunking=chunking.to_json(),
     )
     r = _Run(wf, home, rid, cat, chunking, spark, max_disk, resolved, origins=origins)
     t_start = time.perf_counter()
@@ -620,7 +659,7 @@ def run_workflow(
         _finish(r, runtime)
         r.operators.sort(key=lambda o: wf.order.index(o["name"]))
         return RunResult(rid, wf.name, label, runtime, r.input_bytes, r.lineage_bytes,
-                         r.operators, len(stages), most, _peak_rss(), origins)
+                         r.operators, len(stages), most, _peak_rss(), origins, placed)
     except BaseException as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         cat.finish_run(rid, "failed", error=msg, runtime_s=time.perf_counter() - t_start)

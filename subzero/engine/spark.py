@@ -129,6 +129,27 @@ def check_master(master: str) -> str:
     raise SparkError(f"bad Spark master {master!r}; expected {MASTER_FORMS}")
 
 
+def local_cores(master: str) -> int | None:
+    """The tasks a local master runs at once (its default parallelism: ``local`` 1,
+    ``local[N]`` N, ``local[*]`` this machine's cores), None for a cluster master.
+
+    >>> local_cores("local[3,4]"), local_cores("local"), local_cores("spark://h:7077")
+    (3, 1, None)
+    """
+    m = _LOCAL.fullmatch(master.strip())
+    if not m:
+        return None
+    n = m.group(2)
+    if n is None:
+        return 1
+    if n == "*":
+        try:
+            return len(os.sched_getaffinity(0))
+        except AttributeError:  # not on Linux
+            return os.cpu_count() or 1
+    return int(n)
+
+
 def _is_loopback(host: str) -> bool:
     if host == "localhost":
         return True

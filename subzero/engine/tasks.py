@@ -77,8 +77,9 @@ class GroupJob:
 
 
 def _attempt() -> int:
+    if "pyspark" not in sys.modules:  # a Spark worker has imported it: this is the driver
+        return 0
     try:
-        # pyspark only inside a worker (optional here: tasks also run on the driver)
         from pyspark import TaskContext as SparkTaskContext
 
         tc = SparkTaskContext.get()

@@ -1,0 +1,107 @@
+"""Where a run executes: as Spark jobs, or in this (the driver's) process.
+
+A Spark job costs a fixed time before any of its work starts (scheduling, shipping the
+closures, the Python workers' round trip), and a session's first Python jobs cost far more:
+the JVM warms up and the Python workers start and import the task code. On this project's
+machine (2 cores) a warm session paid about 75 ms per job and a fresh one about 1.5 s more
+before its first tasks ran, against about 7 ns per cell a stage reads or writes when the
+driver runs the same tasks itself. A generated 2001 x 513 exposure pair reads and writes 69
+million cells over its 17 stages: about 0.5 s of work, which twelve Spark jobs on a fresh
+session tripled (`subzero run astronomy`: 1.09 s in the driver, 3.03 s on Spark, fresh
+processes; 0.6 s and 1.17 s warm).
+
+On a local master the tasks would run on this very machine, so ``where="auto"`` runs a run
+whose modelled time is shorter in the driver (:func:`place`): the same tasks
+(:func:`subzero.engine.tasks.run_group`), the same chunks, arrays and shards, stages on the
+same threads, and no Spark job; when no session is running, none is started. A cluster
+master (``spark://``, ``yarn``, ``k8s://``) always gets Spark jobs under ``auto``; ``"spark"``
+and ``"driver"`` force either. The driver never runs a stage of more than
+:data:`DRIVER_MAX_STAGE_CELLS` cells (its memory stays bounded whatever the run's size), and
+a task that crashes the process (a segfault in native code) ends a run in the driver where
+Spark would have tried the task again: ``where="spark"`` isolates such tasks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from subzero.errors import SubZeroError
+
+WHERE = ("auto", "spark", "driver")
+#: the driver's time per cell a stage reads or writes (one core; measured on 1x-4x runs of
+#: the astronomy workflow: 6.4-8.7 ns)
+DRIVER_S_PER_CELL = 7e-9
+#: a Spark job's fixed cost in a warm session (measured 72-77 ms per job at 1x and 2x)
+SPARK_JOB_S = 0.075
+#: what a session's first Python jobs cost beyond that (workers start, import, JIT): a fresh
+#: process's 1x run took 1.9 s longer than the same run in a warm session
+SPARK_FIRST_S = 1.5
+#: the most cells a stage run in the driver may read and write (about 512 MB of float64)
+DRIVER_MAX_STAGE_CELLS = 1 << 26
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a run executes, and the modelled times that chose it."""
+
+    where: str  # "spark" or "driver"
+    driver_s: float
+    spark_s: float
+    why: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"where": self.where, "driver_s": round(self.driver_s, 3),
+                "spark_s": round(self.spark_s, 3), "why": self.why}
+
+
+def check_where(where: str) -> str:
+    """``where`` if it is one of :data:`WHERE`, else a one-line error naming it.
+
+    >>> check_where("driver")
+    'driver'
+    >>> check_where("gpu")
+    Traceback (most recent call last):
+    ...
+    subzero.errors.SubZeroError: where 'gpu': expected one of auto, spark, driver
+    """
+    if where not in WHERE:
+        raise SubZeroError(f"where {where!r}: expected one of {', '.join(WHERE)}")
+    return where
+
+
+def place(where: str, stage_cells: Sequence[int], jobs: int, cores: int, local: bool,
+          warm: bool) -> Placement:
+    """Where a run with stages of ``stage_cells`` (cells each reads and writes) executes.
+
+    ``jobs``: the Spark jobs it would take; ``cores``: the tasks that run at once; ``local``:
+    the master is a local one (this machine); ``warm``: a Spark session is already running.
+
+    >>> place("auto", [10**6] * 17, 12, 2, local=True, warm=False).where
+    'driver'
+    >>> place("auto", [10**8] * 17, 12, 2, local=True, warm=False).where
+    'spark'
+    >>> place("auto", [10**6] * 17, 12, 2, local=False, warm=False).where
+    'spark'
+    """
+    check_where(where)
+    cells = sum(stage_cells)
+    driver_s = DRIVER_S_PER_CELL * cells
+    spark_s = (DRIVER_S_PER_CELL * cells / max(1, cores) + SPARK_JOB_S * jobs
+               + (0.0 if warm else SPARK_FIRST_S))
+    biggest = max(stage_cells, default=0)
+    if where != "auto":
+        return Placement(where, driver_s, spark_s, f"asked for {where}")
+    if not local:
+        return Placement("spark", driver_s, spark_s, "a cluster master")
+    if biggest > DRIVER_MAX_STAGE_CELLS:
+        return Placement("spark", driver_s, spark_s,
+                         f"a stage of {biggest:,} cells (the driver runs at most "
+                         f"{DRIVER_MAX_STAGE_CELLS:,})")
+    if driver_s < spark_s:
+        return Placement("driver", driver_s, spark_s,
+                         f"{cells / 1e6:.0f} M cells: about {driver_s:.1f} s of work here, "
+                         f"{spark_s:.1f} s as {jobs} Spark jobs")
+    return Placement("spark", driver_s, spark_s,
+                     f"{cells / 1e6:.0f} M cells: about {spark_s:.1f} s as {jobs} Spark jobs, "
+                     f"{driver_s:.1f} s here")

@@ -1,0 +1,141 @@
+"""Where a run executes: the placement model, and runs in the driver process that write what
+Spark jobs write (arrays, shards, query answers), without starting Spark."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from subzero.api import Run
+from subzero.chunking import Chunking
+from subzero.engine import placement
+from subzero.engine.catalog import Catalog
+from subzero.engine.placement import DRIVER_MAX_STAGE_CELLS, check_where, place
+from subzero.engine.runner import run_workflow
+from subzero.engine.runs import load_run
+from subzero.engine.spark import local_cores
+from subzero.errors import SubZeroError
+from tests.conftest import ROOT, run_cli
+from workflows import astronomy
+
+SMALL = [1_000_000] * 17  # a 2001 x 513 exposure pair: 69 M cells over 17 stages
+
+
+def test_a_small_run_on_a_local_master_goes_to_the_driver_a_large_one_to_spark():
+    small = place("auto", SMALL, 13, 2, local=True, warm=False)
+    assert small.where == "driver" and small.driver_s < small.spark_s
+    assert "M cells" in small.why
+    large = place("auto", [100_000_000] * 17, 13, 2, local=True, warm=False)
+    assert large.where == "spark" and large.spark_s < large.driver_s
+
+
+def test_a_warm_session_lowers_the_bar_for_the_driver():
+    # the cold start is what makes the driver worth it for a mid-sized run: on two cores,
+    # half the driver's time is what Spark saves, here its jobs' cost plus half a cold start
+    saved = 13 * placement.SPARK_JOB_S + placement.SPARK_FIRST_S / 2
+    cells = [int(2 * saved / placement.DRIVER_S_PER_CELL / 17)] * 17
+    assert place("auto", cells, 13, 2, local=True, warm=False).where == "driver"
+    assert place("auto", cells, 13, 2, local=True, warm=True).where == "spark"
+
+
+def test_a_cluster_master_always_gets_spark_jobs_under_auto():
+    p = place("auto", [10] * 3, 3, 2, local=False, warm=False)
+    assert p.where == "spark" and "cluster" in p.why
+
+
+def test_the_driver_never_runs_a_stage_larger_than_its_cap_under_auto():
+    p = place("auto", [DRIVER_MAX_STAGE_CELLS + 1], 1, 1, local=True, warm=False)
+    assert p.where == "spark" and f"{DRIVER_MAX_STAGE_CELLS:,}" in p.why
+
+
+@pytest.mark.parametrize("where", ["spark", "driver"])
+def test_an_explicit_where_is_obeyed(where):
+    assert place(where, SMALL, 13, 2, local=True, warm=False).where == where
+    assert place(where, [10**9], 1, 2, local=False, warm=True).where == where
+
+
+def test_a_bad_where_is_one_line_naming_it():
+    with pytest.raises(SubZeroError, match=r"where 'gpu': expected one of auto, spark, driver"):
+        check_where("gpu")
+
+
+@pytest.mark.parametrize("master, cores", [
+    ("local", 1), ("local[3]", 3), ("local[2,4]", 2), ("local[*]", len(os.sched_getaffinity(0))),
+    ("local[*,4]", len(os.sched_getaffinity(0))), ("spark://127.0.0.1:7077", None),
+    ("yarn", None)])
+def test_local_cores_is_the_parallelism_spark_gives_a_local_master(master, cores):
+    assert local_cores(master) == cores
+
+
+@pytest.mark.spark
+def test_a_driver_run_writes_what_spark_jobs_write_and_answers_alike(spark, home):
+    """The same workflow, chunking and strategy in the driver and as Spark jobs: every
+    array, every shard's pairs and bytes, and every named query's answer are equal."""
+    ch = Chunking(split=(3, 1))
+    wf = astronomy.build(shape=(120, 48), seed=3)
+    on_spark = run_workflow(wf, home, strategy="subzero", chunking=ch, spark=spark)
+    here = run_workflow(astronomy.build(shape=(120, 48), seed=3), home, strategy="subzero",
+                        chunking=ch, where="driver")
+    assert on_spark.placement.where == "spark" and here.placement.where == "driver"
+    ra, rb = load_run(home, on_spark.run), load_run(home, here.run)
+    for name in [*wf.inputs, *wf.order]:
+        x, y = ra.array(name), rb.array(name)
+        assert x.dtype == y.dtype and np.array_equal(x, y), name
+    cat = Catalog(home / "catalog.sqlite")
+    try:
+        def rows(rid):
+            return sorted((s["op"], s["strategy"], s["chunk"], s["pairs"], s["data_bytes"])
+                          for s in cat.shards(rid))
+        assert rows(on_spark.run) == rows(here.run) and rows(here.run)
+    finally:
+        cat.close()
+    qa, qb = Run(ra), Run(rb)
+    for q in wf.queries:
+        assert np.array_equal(qa.named_query(q).linear, qb.named_query(q).linear), q
+
+
+@pytest.mark.spark
+def test_a_session_handed_to_the_run_is_used(spark, home):
+    res = run_workflow(astronomy.build(shape=(40, 24)), home, strategy="blackbox",
+                       spark=spark)
+    assert res.placement.where == "spark"
+
+
+def test_the_cli_runs_a_small_workflow_in_its_own_process_without_starting_spark(tmp_path):
+    home = tmp_path / "h"
+    env = {k: v for k, v in os.environ.items() if k != "SUBZERO_SPARK_MASTER"}
+    code = ("import sys, json; from subzero.cli.main import main; rc = main(['run', "
+            "'astronomy', '--param', 'shape=200x64', '--home', sys.argv[1], '--json']); "
+            "print(json.dumps(sorted(m for m in ('pyspark', 'zarr') "
+            "if m in sys.modules)), file=sys.stderr); sys.exit(rc)")
+    p = subprocess.run([sys.executable, "-c", code, str(home)], capture_output=True,
+                       text=True, env=env, timeout=600, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = json.loads(p.stdout)
+    assert out["placement"]["where"] == "driver", out["placement"]
+    assert "running in this process, not as Spark jobs" in p.stderr
+    assert "starting Spark" not in p.stderr
+    # no session (pyspark not even imported), and zarr was not needed to create the arrays
+    assert json.loads(p.stderr.strip().splitlines()[-1]) == []
+    assert not (home / "logs" / "spark.log").exists()
+    run = load_run(home, out["run"])
+    assert run.array("clust").shape == (200, 64)
+
+
+@pytest.mark.slow
+def test_the_cli_where_spark_forces_spark_jobs(tmp_path):
+    p = run_cli("run", "astronomy", "--param", "shape=100x48", "--home", str(tmp_path / "h"),
+                "--strategy", "blackbox", "--where", "spark", "--json")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json.loads(p.stdout)["placement"]["where"] == "spark"
+    assert "starting Spark" in p.stderr
+
+
+def test_the_cli_refuses_a_bad_where_in_one_line(tmp_path):
+    p = run_cli("run", "example", "--home", str(tmp_path / "h"), "--where", "gpu")
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "gpu" in lines[0] and "Traceback" not in p.stderr
