@@ -27,6 +27,10 @@ For each configuration:
   ``wf.order`` run once on the whole array, in black-box mode; median of the same repeats,
   interleaved with the Spark runs. Its final arrays are compared with the subzero run's
   (``matches_executor``);
+- where the runs executed (``where``: ``driver`` when the CLI ran a small run in its own
+  process, :mod:`subzero.engine.placement`); for such a configuration the black box also
+  runs as Spark jobs (``--where spark``, ``blackbox_on_spark``, in every repeat between
+  the two strategies) and ``spark_over_numpy`` is its runtime over the reference's;
 - queries, in this process through the Python API (``Home(H).get(run)``), on the first
   subzero run: BQ0-BQ4 and FQ0 (with N CCDs, CCD 1's ``c1.BQ0``... and those of one other
   CCD drawn at random), each called once (``first_s``, the cold call) then
@@ -40,8 +44,10 @@ where it was measured, and whether it is met (``null`` when not measured).
 
 Output: the JSON printed and written to ``benchmarks/results/scale.json`` (``--out`` to
 write elsewhere), the log-log plot to ``benchmarks/results/png/scale.png`` (``--png DIR``
-elsewhere). Before anything is timed, the kernels run once on a tiny image (their lazy
-imports) and, except with ``--quick``, one tiny CLI run fills the OS caches. ``--quick``
+elsewhere). Before anything is timed, the project's bytecode is compiled (as ``make
+bytecode`` does: with ``PYTHONDONTWRITEBYTECODE`` set, each run and each Spark worker would
+compile the project anew), the kernels run once on a tiny image (their lazy imports) and,
+except with ``--quick``, one tiny CLI run fills the OS caches. ``--quick``
 (tiny shapes: base 250 x 64, k = 1, 2, ccds 1, 2, one repeat) writes only where ``--out``
 and ``--png`` say, never over the committed results. A configuration the workflow refuses
 (e.g. ``ccds`` on a workflow without that parameter) or whose run fails is listed under
@@ -55,6 +61,7 @@ lands in them all the same.
 
 from __future__ import annotations
 
+import compileall
 import json
 import os
 import shutil
@@ -82,6 +89,11 @@ from subzero.workflow import Workflow  # noqa: E402
 
 WORKFLOW = "astronomy"
 STRATEGIES = ("blackbox", "subzero")
+#: the project's packages, compiled to bytecode before anything is timed
+PACKAGES = ("subzero", "operators", "encoders", "optimizer", "workflows")
+#: the black box forced onto Spark jobs (``--where spark``), measured too in configurations
+#: whose runs the CLI placed in its own process (:mod:`subzero.engine.placement`)
+ON_SPARK = "blackbox-on-spark"
 QUERIES = ("BQ0", "BQ1", "BQ2", "BQ3", "BQ4", "FQ0")
 BASE = (2001, 513)
 QUICK_BASE = (250, 64)
@@ -162,11 +174,11 @@ def configurations(base: tuple[int, int], scales: Sequence[int], ccds: Sequence[
 # ---------------------------------------------------------------------------------------
 
 
-def cli_run(cfg: Config, strategy: str, home: Path, master: str | None = None
-            ) -> dict[str, Any]:
+def cli_run(cfg: Config, strategy: str, home: Path, master: str | None = None,
+            where: str = "auto") -> dict[str, Any]:
     """One ``subzero run`` in a fresh process; its JSON figures and its wall time."""
     cmd = [sys.executable, "-m", "subzero.cli", "run", WORKFLOW, "--home", str(home),
-           "--strategy", strategy, "--json"]
+           "--strategy", strategy, "--json", "--where", where]
     for k, v in cfg.params().items():
         cmd += ["--param", f"{k}={v}"]
     if master:
@@ -205,6 +217,7 @@ def cli_run(cfg: Config, strategy: str, home: Path, master: str | None = None
         "cli_peak_rss": cli_rss,
         "stages": doc.get("stages"), "concurrency": doc.get("concurrency"),
         "operators": len(doc.get("operators", [])),
+        "where": (doc.get("placement") or {}).get("where", "spark"),
     }
 
 
@@ -220,7 +233,8 @@ def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "driver_peak_rss": max(rss) if rss else None,
             "cli_peak_rss": max(r["cli_peak_rss"] for r in runs),
             "stages": last["stages"], "concurrency": last["concurrency"],
-            "operators": last["operators"], "times": runs}
+            "operators": last["operators"], "where": sorted({r["where"] for r in runs}),
+            "times": runs}
 
 
 # ---------------------------------------------------------------------------------------
@@ -383,16 +397,23 @@ def measure(cfg: Config, tmp: Path, repeat: int, query_repeat: int, master: str 
         ref = Reference(cfg)
     except SubZeroError as e:
         raise BenchError(f"the workflow refuses {cfg.params()}: {e}") from None
-    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in STRATEGIES}
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in (*STRATEGIES, ON_SPARK)}
     kept: Path | None = None  # the first subzero run's home, queried at the end
     try:
         for rep in range(repeat):
-            # interleaved, alternating which goes first: load and order hit both alike
-            for strategy in (STRATEGIES if rep % 2 == 0 else STRATEGIES[::-1]):
+            # interleaved, alternating which goes first: load and order hit both alike; a
+            # configuration the CLI ran in its own process also runs as Spark jobs
+            order = list(STRATEGIES if rep % 2 == 0 else STRATEGIES[::-1])
+            order.insert(1, ON_SPARK)  # between the two, when needed (known after #0's)
+            for strategy in order:
+                if strategy == ON_SPARK and not (runs["blackbox"]
+                                                 and runs["blackbox"][0]["where"] == "driver"):
+                    continue
                 home = tmp / f"{cfg.name}-{strategy}-{rep}"
-                r = cli_run(cfg, strategy, home, master)
+                r = cli_run(cfg, "blackbox" if strategy == ON_SPARK else strategy, home,
+                            master, "spark" if strategy == ON_SPARK else "auto")
                 log(f"{cfg.name} {strategy} #{rep}: runtime {r['runtime_s']:.2f} s, "
-                    f"wall {r['wall_s']:.2f} s")
+                    f"wall {r['wall_s']:.2f} s ({r['where']})")
                 runs[strategy].append(r)
                 if strategy == "subzero" and kept is None:
                     kept = home
@@ -412,6 +433,7 @@ def measure(cfg: Config, tmp: Path, repeat: int, query_repeat: int, master: str 
         if kept is not None:
             shutil.rmtree(kept, ignore_errors=True)
     bb, sz = summarize_runs(runs["blackbox"]), summarize_runs(runs["subzero"])
+    on_spark = summarize_runs(runs[ON_SPARK]) if runs[ON_SPARK] else None
     npy = ref.summary()
     rss = [v for v in (bb["driver_peak_rss"], sz["driver_peak_rss"]) if v is not None]
     overheads = [r["overhead_s"] for s in STRATEGIES for r in runs[s]]
@@ -425,6 +447,9 @@ def measure(cfg: Config, tmp: Path, repeat: int, query_repeat: int, master: str 
         "executor_over_numpy_with_inputs": bb["runtime_s"] / (npy["runtime_s"]
                                                               + npy["generate_s"]),
         "subzero_over_blackbox": sz["runtime_s"] / bb["runtime_s"],
+        # where the CLI chose its own process (a small run): the black box as Spark jobs
+        "blackbox_on_spark": on_spark,
+        "spark_over_numpy": (on_spark or bb)["runtime_s"] / npy["runtime_s"],
         "lineage_over_input": sz["lineage_over_input"],
         "driver_peak_rss": max(rss) if rss else None,
         "rss_over_exposure": max(rss) / cfg.exposure_bytes if rss else None,
@@ -513,9 +538,13 @@ def targets(rows: list[dict[str, Any]], fitted: dict[str, Any]) -> dict[str, Any
     out["executor_over_numpy_16x_plus"] = _target(
         limits["executor_over_numpy_16x_plus"], v, at,
         note=None if big else "no configuration at 16x or beyond was measured")
-    one = [(r["name"], r["executor_over_numpy"]) for r in shape if r["factor"] == 1]
-    at, v = _worst(one)
-    out["executor_over_numpy_1x"] = _target(limits["executor_over_numpy_1x"], v, at)
+    one = [r for r in shape if r["factor"] == 1]
+    at, v = _worst([(r["name"], r["executor_over_numpy"]) for r in one])
+    spark = [r["spark_over_numpy"] for r in one if r.get("blackbox_on_spark")]
+    out["executor_over_numpy_1x"] = _target(
+        limits["executor_over_numpy_1x"], v, at,
+        note=f"run in the CLI's own process (placement); as Spark jobs {max(spark):.2f}x"
+        if spark else None)
     for key in ("subzero_over_blackbox", "lineage_over_input", "cli_overhead_s"):
         at, v = _worst([(r["name"], r[key]) for r in rows])
         out[key] = _target(limits[key], v, at)
@@ -648,6 +677,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     rows, skipped = [], []
     t_start = time.perf_counter()
     try:
+        for pkg in PACKAGES:  # what `make bytecode` does: runs and workers compile nothing
+            compileall.compile_dir(str(ROOT / pkg), quiet=1)
         warm = Config("warm", 1, (200, 100), 1, 1)
         Reference(warm).measure()  # the kernels' lazy imports (scipy): not measured
         if not quick:  # fill the OS caches (jars, Python modules): not measured

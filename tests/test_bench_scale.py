@@ -126,6 +126,13 @@ def test_quick_benchmark_reports_every_configuration_and_the_targets(tmp_path):
                                     "cli_peak_rss", "stages"))
             assert r[strategy]["wall_s"] > r[strategy]["runtime_s"]
         assert r["subzero"]["lineage_bytes"] > 0
+        # a small run goes to the CLI's own process; the black box is then timed on Spark too
+        assert r["blackbox"]["where"] in (["driver"], ["spark"])
+        if r["blackbox"]["where"] == ["driver"]:
+            assert r["blackbox_on_spark"]["where"] == ["spark"]
+            assert r["spark_over_numpy"] > 0
+        else:
+            assert r["blackbox_on_spark"] is None
         _positive(r["numpy"], ("runtime_s",))
         _positive(r, ("executor_over_numpy", "subzero_over_blackbox", "lineage_over_input",
                       "rss_over_exposure", "cli_overhead_s"))
