@@ -636,8 +636,8 @@ def run_workflow(
     if placed.where == "driver":
         spark = None
         if notify is not None:
-            notify(f"running in this process, not as Spark jobs ({placed.why}; "
-                   f"--where spark to use Spark)")
+            notify(f"running in this process, not as Spark jobs ({placed.why}"
+                   + ("" if where == "driver" else "; --where spark to use Spark") + ")")
     elif spark is None:
         spark = get_spark(master, layout.logs_dir(home), notify=notify)
     cat = Catalog(layout.catalog_path(home))
