@@ -2,6 +2,8 @@
 unfused, one-stage-at-a-time run writes (arrays, shards, query answers), for several
 chunkings; inputs produced chunk by chunk from generators and files."""
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -254,3 +256,49 @@ def test_driver_peak_rss_is_this_process_not_its_parents():
                          check=True).stdout
     assert int(out) < 200 * 2**20, int(out) >> 20  # ru_maxrss would say over 300 MiB
     del big
+
+
+def test_a_fused_step_stores_its_shards_while_the_next_step_runs(home, monkeypatch):
+    """Each step of a fused task hands its pairs to the storing thread and the task goes
+    on; the run records every step's shards, with their store time, as a serial store."""
+    from subzero.engine import tasks
+
+    seen = []
+    real = tasks.store_shards
+
+    def spy(job, full, pay, same_as=None):
+        seen.append((job.op.name, threading.current_thread().name))
+        return real(job, full, pay, same_as)
+
+    monkeypatch.setattr(tasks, "store_shards", spy)
+    wf = chain()
+    stored = {n: ["full-one-bwd"] for n in wf.order}
+    res = run_workflow(wf, home, plan=stored, chunking=Chunking(split=2), where="driver")
+    fused = {n for st in _stage_names(wf, Chunking(split=2)) if len(st) > 1 for n in st
+             if n in wf.order}
+    assert fused and {op for op, _ in seen} == set(wf.order)
+    assert all(th.startswith("subzero-store") for op, th in seen if op in fused), seen
+    ops = {o["name"]: o for o in res.operators}
+    assert all(ops[n]["lineage_bytes"] > 0 and ops[n]["lineage_s"] > 0 for n in wf.order)
+    serial = run_workflow(chain(), home, plan=stored, chunking=Chunking(split=2),
+                          where="driver", fuse=False, workers=1)
+    _same_runs(home, res.run, serial.run, wf)
+
+
+def test_a_store_that_fails_on_the_storing_thread_fails_the_run_naming_its_step(
+        home, monkeypatch):
+    from subzero.engine import tasks
+
+    real = tasks.store_shards
+
+    def broken(job, full, pay, same_as=None):
+        if job.op.name == "g":
+            raise OSError("disk full")
+        return real(job, full, pay, same_as)
+
+    monkeypatch.setattr(tasks, "store_shards", broken)
+    with pytest.raises(RuntimeError, match=r"operator 'g' failed in chunk .*disk full"):
+        run_workflow(chain(), home, plan={"g": ["full-one-bwd"]}, chunking=Chunking(split=2),
+                     where="driver")
+    r = Catalog(home / "catalog.sqlite").runs()[-1]
+    assert r["status"] == "failed" and "'g'" in r["error"]
