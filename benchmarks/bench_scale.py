@@ -581,8 +581,9 @@ def targets(rows: list[dict[str, Any]], fitted: dict[str, Any]) -> dict[str, Any
 
 
 def plot(doc: dict[str, Any], path: Path) -> None:
-    """Log-log: runtimes (black box, subzero, numpy) and query medians against cells; the
-    shape series solid, the CCD series dashed."""
+    """Log-log: runtimes (black box, subzero, numpy, and the black box as Spark jobs where
+    the CLI ran in its own process) and query medians against cells; the shape series
+    solid, the CCD series dashed."""
     # matplotlib only when a plot is written (pyplot's import costs about half a second)
     import matplotlib
 
@@ -603,6 +604,12 @@ def plot(doc: dict[str, Any], path: Path) -> None:
         for key, color in colors.items():
             axes[0].plot(xs, [r[key]["runtime_s"] for r in rs], ls, marker=marker,
                          color=color, label=f"{key} ({label})")
+        # where the CLI ran in its own process: the black box as Spark jobs, for comparison
+        spark = [(r["cells"], (r.get("blackbox_on_spark") or r["blackbox"])["runtime_s"])
+                 for r in rs if r.get("blackbox_on_spark")]
+        if spark:
+            axes[0].plot(*zip(*spark), ls, marker="x", color="tab:purple",
+                         label=f"blackbox as Spark jobs ({label})")
         for i, q in enumerate(QUERIES):
             ys = [_query_median(r, q) for r in rs]
             pts = [(x, y * 1e3) for x, y in zip(xs, ys) if y is not None]
