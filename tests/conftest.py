@@ -47,3 +47,25 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 600):
     e.update(env or {})
     return subprocess.run([sys.executable, "-m", "subzero.cli", *args], capture_output=True,
                           text=True, env=e, timeout=timeout)
+
+
+def assert_same_runs(home, a: str, b: str, wf) -> None:
+    """Runs ``a`` and ``b`` of ``wf`` in ``home`` wrote the same arrays (dtype and cells)
+    and the same shards (operator, strategy, chunk, pairs and bytes)."""
+    import numpy as np
+
+    from subzero.engine.catalog import Catalog
+    from subzero.engine.runs import load_run
+
+    ra, rb = load_run(home, a), load_run(home, b)
+    for name in [*wf.inputs, *wf.order]:
+        x, y = ra.array(name), rb.array(name)
+        assert x.dtype == y.dtype and np.array_equal(x, y), name
+    cat = Catalog(Path(home) / "catalog.sqlite")
+    try:
+        def rows(rid):
+            return sorted((s["op"], s["strategy"], s["chunk"], s["pairs"], s["data_bytes"])
+                          for s in cat.shards(rid))
+        assert rows(a) == rows(b)
+    finally:
+        cat.close()

@@ -21,6 +21,7 @@ from subzero.engine.runs import load_run
 from subzero.engine.stages import plan_stages
 from subzero.errors import StoreError, SubZeroError, WorkflowError
 from subzero.workflow import Workflow
+from tests.conftest import assert_same_runs
 from workflows import astronomy
 
 pytestmark = pytest.mark.spark
@@ -93,19 +94,7 @@ def test_plan_of_astronomy_is_a_dag_covering_every_step_once():
         assert len(exps) <= 1 or {"sumexp", "maskexp"} & set(st.names), st.names
 
 
-def _same_runs(home, a, b, wf):
-    ra, rb = load_run(home, a), load_run(home, b)
-    for name in [*wf.inputs, *wf.order]:
-        x, y = ra.array(name), rb.array(name)
-        assert x.dtype == y.dtype and np.array_equal(x, y), name
-    cat = Catalog(home / "catalog.sqlite")
-    try:
-        def rows(rid):
-            return sorted((s["op"], s["strategy"], s["chunk"], s["pairs"], s["data_bytes"])
-                          for s in cat.shards(rid))
-        assert rows(a) == rows(b)
-    finally:
-        cat.close()
+_same_runs = assert_same_runs
 
 
 @pytest.mark.parametrize("split", [1, 2, (5, 1), 7])
