@@ -48,7 +48,7 @@ def test_an_old_catalog_is_migrated_and_keeps_its_runs(tmp_path):
     db.commit()
     db.close()
     cat = Catalog(path)
-    assert cat.schema_version == SCHEMA_VERSION == 3
+    assert cat.schema_version == SCHEMA_VERSION == 4
     assert cat.arrays("r1")["image"]["origin"] is None  # recorded before origins were
     assert cat.input_origins("r1") == {"r1": {"image": None}}
     cat.add_array("r2", "image", (4, 4), "uint16", (4, 4), None, 32, 100,
@@ -311,10 +311,31 @@ def test_a_version_2_catalog_gains_parents_and_checksums(tmp_path):
     db.commit()
     db.close()
     cat = Catalog(path)
-    assert cat.schema_version == 3
+    assert cat.schema_version == SCHEMA_VERSION
     assert cat.run(rid)["parent"] is None and cat.run(rid)["workflow"] == "example"
     cat.add_shards(rid, [dict(op="a", strategy="PayOne", chunk="0", path="p", data_bytes=1,
                               index_bytes=0, pairs=1, out_cells=1, in_cells=1, fanin=1.0,
                               fanout=1.0, encode_s=0.0, attempt=0)])
     assert cat.shards(rid)[0]["checksum"] is None
     cat.close()
+
+
+def test_a_version_3_catalog_gains_where_its_runs_executed(tmp_path):
+    path = tmp_path / "catalog.sqlite"
+    cat = Catalog(path)
+    old = cat.create_run("example", {}, "subzero", {})
+    cat.close()
+    db = sqlite3.connect(path)  # make it a version-3 catalog: without runs.placement
+    db.execute("ALTER TABLE runs DROP COLUMN placement")
+    db.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    db.commit()
+    db.close()
+    cat = Catalog(path)
+    assert cat.schema_version == SCHEMA_VERSION == 4
+    assert cat.run(old)["placement"] is None  # recorded before: not known
+    new = cat.create_run("example", {}, "subzero", {},
+                         placement={"where": "driver", "why": "small"})
+    assert cat.run(new)["placement"] == {"where": "driver", "why": "small"}
+    assert [r["placement"] for r in cat.runs()] == [None, {"where": "driver", "why": "small"}]
+    cat.close()
+

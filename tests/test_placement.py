@@ -112,6 +112,12 @@ def test_the_cli_runs_a_small_workflow_in_its_own_process_without_starting_spark
     assert not (home / "logs" / "spark.log").exists()
     run = load_run(home, out["run"])
     assert run.array("clust").shape == (200, 64)
+    # the catalog keeps where the run executed, and `subzero show` says it
+    shown = run_cli("show", out["run"], "--home", str(home))
+    assert shown.returncode == 0, shown.stderr
+    assert "executed in the driver's own process: " in shown.stdout
+    shown = run_cli("show", out["run"], "--home", str(home), "--json")
+    assert json.loads(shown.stdout)["run"]["placement"] == out["placement"]
 
 
 @pytest.mark.slow
@@ -121,6 +127,8 @@ def test_the_cli_where_spark_forces_spark_jobs(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     assert json.loads(p.stdout)["placement"]["where"] == "spark"
     assert "starting Spark" in p.stderr
+    shown = run_cli("show", "latest", "--home", str(tmp_path / "h"))
+    assert "executed as Spark jobs (local[*,4]): asked for spark" in shown.stdout
 
 
 def test_the_cli_refuses_a_bad_where_in_one_line(tmp_path):

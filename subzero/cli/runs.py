@@ -216,6 +216,11 @@ def cmd_show(args: argparse.Namespace) -> int:
           + (f" - {info['error']}" if info["error"] else ""))
     if info.get("parent"):
         print(f"derived from run {info['parent']}: {_derived(info) or 'see runs --json'}")
+    placed = info.get("placement")
+    if placed:
+        where = ("in the driver's own process" if placed.get("where") == "driver"
+                 else f"as Spark jobs ({info.get('master') or 'master not recorded'})")
+        print(f"executed {where}: {placed.get('why', '')}")
     data = sorted(n for n, o in origins.items() if not (o or {}).get("auxiliary"))
     for n in data:
         print(f"input {n}: {origin_text(origins[n])}")

@@ -31,7 +31,7 @@ import numpy as np
 
 from subzero.errors import CatalogError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -42,7 +42,7 @@ CREATE TABLE IF NOT EXISTS runs (
     pid INTEGER, pid_start TEXT, host TEXT, master TEXT, chunking TEXT,
     started REAL NOT NULL, finished REAL, runtime_s REAL,
     input_bytes INTEGER, array_bytes INTEGER, lineage_bytes INTEGER, error TEXT,
-    parent TEXT, derivation TEXT
+    parent TEXT, derivation TEXT, placement TEXT
 );
 CREATE TABLE IF NOT EXISTS arrays (
     run TEXT NOT NULL, name TEXT NOT NULL, shape TEXT NOT NULL, dtype TEXT NOT NULL,
@@ -93,6 +93,9 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     3: ("ALTER TABLE runs ADD COLUMN parent TEXT",
         "ALTER TABLE runs ADD COLUMN derivation TEXT",
         "ALTER TABLE shards ADD COLUMN checksum TEXT"),
+    # 4: where a run executed, Spark jobs or the driver's own process, and why (JSON:
+    # subzero.engine.placement); NULL for runs recorded before (Spark jobs, then)
+    4: ("ALTER TABLE runs ADD COLUMN placement TEXT",),
 }
 
 
@@ -118,6 +121,14 @@ def _alive(pid: int, start: str | None) -> bool:
 
 def _loads(v: str | None) -> Any:
     return None if v is None else json.loads(v)
+
+
+def _run_row(row: Any) -> dict[str, Any]:
+    """A ``runs`` row as a dict, its JSON columns decoded."""
+    d = dict(row)
+    for k in ("params", "plan", "chunking", "derivation", "placement"):
+        d[k] = _loads(d.get(k))
+    return d
 
 
 # Query-log rows not yet written, per catalog file. A lineage query takes well under a
@@ -260,6 +271,7 @@ class Catalog:
         plan: dict[str, list[str]],
         master: str | None = None,
         chunking: Any = None,
+        placement: dict[str, Any] | None = None,
     ) -> str:
         pid = os.getpid()
         with self.tx() as db:
@@ -267,11 +279,12 @@ class Catalog:
             rid = f"r{seq}"
             db.execute(
                 "INSERT INTO runs (id, seq, workflow, params, strategy, plan, status, pid, "
-                "pid_start, host, master, chunking, started) "
-                "VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)",
+                "pid_start, host, master, chunking, started, placement) "
+                "VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)",
                 (rid, seq, workflow, json.dumps(params, default=str), strategy,
                  json.dumps(plan), pid, _proc_start(pid), socket.gethostname(), master,
-                 json.dumps(chunking), time.time()),
+                 json.dumps(chunking), time.time(),
+                 None if placement is None else json.dumps(placement)),
             )
         return rid
 
@@ -327,24 +340,11 @@ class Catalog:
                     "SELECT id FROM runs ORDER BY seq DESC LIMIT 5")]
                 hint = f" (recent: {', '.join(known)})" if known else " (the catalog has no runs)"
                 raise CatalogError(f"unknown run {rid!r}{hint}")
-        d = dict(row)
-        d["params"] = _loads(d["params"])
-        d["plan"] = _loads(d["plan"])
-        d["chunking"] = _loads(d["chunking"])
-        d["derivation"] = _loads(d.get("derivation"))
-        return d
+        return _run_row(row)
 
     def runs(self) -> list[dict[str, Any]]:
         rows = self.db.execute("SELECT * FROM runs ORDER BY seq").fetchall()
-        out = []
-        for r in rows:
-            d = dict(r)
-            d["params"] = _loads(d["params"])
-            d["plan"] = _loads(d["plan"])
-            d["chunking"] = _loads(d["chunking"])
-            d["derivation"] = _loads(d.get("derivation"))
-            out.append(d)
-        return out
+        return [_run_row(r) for r in rows]
 
     # -- derived runs (a what-if replay) ---------------------------------------------------
     def create_derived_run(self, parent: str, derivation: dict[str, Any]) -> str:

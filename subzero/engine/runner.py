@@ -645,7 +645,7 @@ def run_workflow(
     rid = cat.create_run(
         wf.name, params=wf.params, strategy=label,
         plan={n: [s.name for s in ss] for n, ss in resolved.items()},
-        master=want, chunking=chunking.to_json(),
+        master=want, chunking=chunking.to_json(), placement=placed.to_json(),
     )
     r = _Run(wf, home, rid, cat, chunking, spark, max_disk, resolved, origins=origins)
     t_start = time.perf_counter()
