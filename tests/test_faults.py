@@ -252,6 +252,64 @@ def test_missing_array_chunk_is_named_in_one_line(damaged, capsys, tmp_path):
     np.testing.assert_array_equal(np.load(mask), want)
 
 
+def test_a_stored_read_switched_to_a_damaged_reexecution_reads_on(damaged, capsys, tmp_path,
+                                                                   monkeypatch):
+    """Stored lineage that outruns its budget switches to re-execution; when that finds an
+    array chunk missing, --method auto reads the stored lineage to the end instead of
+    failing (and says so), whatever the machine's speed made the budget."""
+    from subzero.query.executor import QueryExecutor
+
+    home, want = damaged
+    (home / "runs" / "r1" / "arrays" / "rmcr.zarr" / "c" / "0" / "0").unlink()
+    real = QueryExecutor._stored
+    timed_out = []
+
+    def slow(self, op, i, backward, f, s, deadline):
+        if op.name == "clust" and deadline is not None:
+            timed_out.append(op.name)
+            return None  # the budget ran out before the shards answered
+        return real(self, op, i, backward, f, s, deadline)
+
+    monkeypatch.setattr(QueryExecutor, "_stored", slow)
+    mask = tmp_path / "m.npy"
+    code, out, err = _query(home, capsys, "--out", str(mask), "--json")
+    assert code == 0 and err == "", err
+    np.testing.assert_array_equal(np.load(mask), want)
+    assert timed_out == ["clust"]
+    clust = next(s for s in json.loads(out)["steps"] if s["operator"] == "clust")
+    assert clust["method"].startswith("stored:")
+    assert "array 'rmcr' chunk 0.0 is missing" in clust["note"]
+    assert "read stored lineage to the end instead" in clust["note"]
+    code, _, err = _query(home, capsys, "--method", "stored")  # no budget: nothing to switch
+    assert code == 0, err
+
+
+def test_auto_reexecution_that_finds_an_array_chunk_missing_reads_stored_lineage(
+        damaged, capsys, tmp_path, monkeypatch):
+    """When --method auto chooses re-execution and a chunk it reads is missing, the task's
+    error reaches the query as damage (not as any user error), and the stored lineage
+    answers instead."""
+    from subzero.query.choice import MethodChoice
+
+    home, want = damaged
+    (home / "runs" / "r1" / "arrays" / "rmcr.zarr" / "c" / "0" / "0").unlink()
+    real = MethodChoice.choose
+
+    def reexec_clust(self, op, i, backward, f, method):
+        if op.name == "clust" and method == "auto":
+            return ("reexec", None), None
+        return real(self, op, i, backward, f, method)
+
+    monkeypatch.setattr(MethodChoice, "choose", reexec_clust)
+    mask = tmp_path / "m.npy"
+    code, out, err = _query(home, capsys, "--out", str(mask), "--json")
+    assert code == 0 and err == "", err
+    np.testing.assert_array_equal(np.load(mask), want)
+    clust = next(s for s in json.loads(out)["steps"] if s["operator"] == "clust")
+    assert clust["method"].startswith("stored:")
+    assert "read stored lineage instead" in clust["note"]
+
+
 def test_truncated_array_chunk_is_named_in_one_line(damaged, capsys, tmp_path):
     home, _ = damaged
     chunk = home / "runs" / "r1" / "arrays" / "rmcr.zarr" / "c" / "0" / "0"

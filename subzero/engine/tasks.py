@@ -25,7 +25,7 @@ from encoders.sink import write_shard
 from subzero.cells import Box
 from subzero.chunking import chunk_key
 from subzero.engine import arrays, layout
-from subzero.errors import SubZeroError, WorkflowError
+from subzero.errors import DamagedError, SubZeroError, WorkflowError
 from subzero.lineage import PairBatch
 from subzero.modes import Mode, Strategy
 from subzero.operator import Operator
@@ -96,8 +96,11 @@ def _stored_dtype(block: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 
 def _failed(res: dict[str, Any], e: Exception) -> None:
-    """Record a task's error in its result (a user error as itself, with no traceback)."""
-    if isinstance(e, SubZeroError):
+    """Record a task's error in its result (a user error as itself, with no traceback; a
+    damaged file as such, so that the driver can tell it from other errors)."""
+    if isinstance(e, DamagedError):
+        res["error"], res["error_kind"] = str(e), "damaged"
+    elif isinstance(e, SubZeroError):
         res["error"], res["error_kind"] = str(e), "user"
     else:
         res["error"], res["error_kind"] = f"{type(e).__name__}: {e}", "internal"
@@ -363,6 +366,8 @@ def raise_task_error(op: str, results: Sequence[dict[str, Any]]) -> None:
     """Raise the first task error of ``results`` in one line (a user error as itself)."""
     for r in results:
         if "error" in r:
+            if r["error_kind"] == "damaged":  # a query may answer another way
+                raise DamagedError(f"operator {op!r}: {r['error']}")
             if r["error_kind"] == "user":
                 raise SubZeroError(f"operator {op!r}: {r['error']}")
             if os.environ.get("SUBZERO_DEBUG"):

@@ -220,10 +220,16 @@ class QueryExecutor:
                     return res, Step(op_name, i, used, n_in, res.n, time.perf_counter() - t0,
                                      note)
                 if res is None:  # reading cost more than re-executing would
-                    res = self._reexec(op, i, backward, f)
-                    used = "reexec"
                     note = (f"switched from stored:{strategy.name} after "
                             f"{max(budget, self.min_switch_s):.3f} s")
+                    try:
+                        res, used = self._reexec(op, i, backward, f), "reexec"
+                    except DamagedError as e:  # an array it reads is damaged: read on
+                        if method != "auto":
+                            raise
+                        res = self._stored(op, i, backward, f, strategy, None)
+                        note = (f"{str(e).split(';')[0]}; read stored lineage to the end "
+                                "instead")
             else:
                 try:
                     res, used = self._reexec(op, i, backward, f), "reexec"
