@@ -123,8 +123,9 @@ def test_failed_operator_marks_run_failed_with_one_line_error(spark, home):
 
 def test_sigkill_mid_run_leaves_catalog_consistent_and_next_run_succeeds(home):
     env = dict(os.environ, SUBZERO_HOME=str(home), PYTHONUNBUFFERED="1")
+    # as Spark jobs: long enough to be caught mid-run (in the driver it may end first)
     cmd = [sys.executable, "-m", "subzero.cli", "run", "example", "--param", "shape=1500x1500",
-           "--chunks", "6", "--strategy", "full-one", "--master", "local[1]"]
+           "--chunks", "6", "--strategy", "full-one", "--master", "local[1]", "--where", "spark"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     db = home / "catalog.sqlite"
