@@ -108,6 +108,8 @@ def test_cluster_run_equals_local_run(cluster, spark, tmp_path):
     rid = json.loads(out)["run"]
     rec = Home(tmp_path / "c").runs()[-1]
     assert rec["master"] == cluster.master_url and rec["status"] == "complete"
+    # a cluster master always gets Spark jobs, however small the run
+    assert json.loads(out)["placement"]["where"] == "spark" and rec["placement"]["where"] == "spark"
     assert _check_shards(tmp_path / "c", rid) == []
     local = _local_run(spark, tmp_path / "l", SMALL, "subzero")
     _assert_same_run(tmp_path / "c", rid, tmp_path / "l", local)

@@ -136,3 +136,66 @@ def test_the_cli_refuses_a_bad_where_in_one_line(tmp_path):
     assert p.returncode == 2
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and "gpu" in lines[0] and "Traceback" not in p.stderr
+
+
+def test_spark_jobs_counts_the_jobs_the_executor_batches():
+    """Stages ready together on the same chunk grid share a job (the CCDs of a visit);
+    global stages take one each; stages run on the driver take none."""
+    from subzero.engine.runner import _stage_cells, spark_jobs
+    from subzero.engine.stages import plan_stages
+
+    def jobs(**params):
+        wf = astronomy.build(shape=(120, 48), **params)
+        wf.validate()
+        chunked = {n for n, spec in wf.inputs.items() if spec.blocks is not None}
+        stages = plan_stages(wf, chunked, Chunking().with_tasks(2).chunk_shape)
+        return len(stages), spark_jobs(stages, [_stage_cells(wf, st) for st in stages])
+
+    assert jobs() == (17, 8)
+    n16, j16 = jobs(ccds=16)
+    # the five batched jobs stay five; three global stages per CCD (two background
+    # means, the star labels) take one each
+    assert n16 == 212 and j16 == (8 - 3) + 3 * 16
+
+
+@pytest.mark.spark
+def test_the_driver_runs_each_stage_as_its_own_group(spark, home, monkeypatch):
+    """Stages ready at once batch into one Spark job, but not in the driver, where a
+    batch's chunk would hold every stage's blocks at once (16 CCDs: 655 MB, not 150 MB)."""
+    from subzero.engine import runner
+
+    labels = {"driver": [], "spark": []}
+    real = runner._run_stage_jobs
+
+    def spy(spark_, jobs, label):
+        if len(label.split(": ", 1)[1]) > 3:  # not the 1 x 1 overscans
+            labels["driver" if spark_ is None else "spark"].append(label)
+        return real(spark_, jobs, label)
+
+    monkeypatch.setattr(runner, "_run_stage_jobs", spy)
+    run_workflow(astronomy.build(shape=(120, 48), ccds=2), home, strategy="blackbox",
+                 where="driver")
+    assert labels["driver"] and not any(";" in lb for lb in labels["driver"])
+    run_workflow(astronomy.build(shape=(120, 48), ccds=2), home, strategy="blackbox",
+                 spark=spark)
+    assert any(";" in lb for lb in labels["spark"])  # the two CCDs' stages together
+
+
+@pytest.mark.spark
+def test_a_run_without_a_session_handed_over_uses_and_records_the_running_one(
+        spark, home, capsys):
+    """With a session running, a run asked to use Spark uses that session and records its
+    master, even when another one was asked for (one session per process, as it says)."""
+    from subzero.engine.catalog import Catalog
+
+    master = spark.sparkContext.master
+    res = run_workflow(astronomy.build(shape=(40, 24)), home, strategy="blackbox",
+                       where="spark", master="local[3]")
+    assert res.placement.where == "spark"
+    assert f"Spark already runs with master {master}; ignoring local[3]" in capsys.readouterr().err
+    cat = Catalog(home / "catalog.sqlite")
+    try:
+        assert cat.run(res.run)["master"] == master
+    finally:
+        cat.close()
+

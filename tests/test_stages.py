@@ -94,9 +94,6 @@ def test_plan_of_astronomy_is_a_dag_covering_every_step_once():
         assert len(exps) <= 1 or {"sumexp", "maskexp"} & set(st.names), st.names
 
 
-_same_runs = assert_same_runs
-
-
 @pytest.mark.parametrize("split", [1, 2, (5, 1), 7])
 def test_fused_concurrent_run_writes_what_an_unfused_serial_run_writes(spark, home, split):
     wf = chain()
@@ -105,7 +102,7 @@ def test_fused_concurrent_run_writes_what_an_unfused_serial_run_writes(spark, ho
     plain = run_workflow(wf, home, strategy="full-one", chunking=ch, spark=spark, fuse=False,
                          workers=1)
     assert fused.stages < plain.stages == len(wf.order) + 2
-    _same_runs(home, fused.run, plain.run, wf)
+    assert_same_runs(home, fused.run, plain.run, wf)
     expect = _ramp(Box.full(SHAPE)).astype(np.float64) * 2.0
     assert np.array_equal(load_run(home, fused.run).array("g"), expect)
     # every operator has its catalog row and timings
@@ -132,7 +129,7 @@ def test_astronomy_fused_and_concurrent_answers_every_named_query_as_unfused(spa
     plain = run_workflow(astronomy.build(shape=shape, seed=2), home, strategy="subzero",
                          chunking=ch, spark=spark, fuse=False, workers=1)
     assert fused.concurrency >= 2  # the two exposures' chains ran side by side
-    _same_runs(home, fused.run, plain.run, wf)
+    assert_same_runs(home, fused.run, plain.run, wf)
     ra, rb = Run(load_run(home, fused.run)), Run(load_run(home, plain.run))
     for q in wf.queries:
         a, b = ra.named_query(q), rb.named_query(q)
@@ -271,7 +268,7 @@ def test_a_fused_step_stores_its_shards_while_the_next_step_runs(home, monkeypat
     assert all(ops[n]["lineage_bytes"] > 0 and ops[n]["lineage_s"] > 0 for n in wf.order)
     serial = run_workflow(chain(), home, plan=stored, chunking=Chunking(split=2),
                           where="driver", fuse=False, workers=1)
-    _same_runs(home, res.run, serial.run, wf)
+    assert_same_runs(home, res.run, serial.run, wf)
 
 
 def test_a_store_that_fails_on_the_storing_thread_fails_the_run_naming_its_step(

@@ -3,10 +3,10 @@
 A Spark job costs a fixed time before any of its work starts (scheduling, shipping the
 closures, the Python workers' round trip), and a session's first Python jobs cost far more:
 the JVM warms up and the Python workers start and import the task code. On this project's
-machine (2 cores) a warm session paid about 75 ms per job and a fresh one about 1.5 s more
-before its first tasks ran, against about 7 ns per cell a stage reads or writes when the
-driver runs the same tasks itself. A generated 2001 x 513 exposure pair reads and writes 69
-million cells over its 17 stages: about 0.5 s of work, which twelve Spark jobs on a fresh
+machine (2 cores) a job cost about 90 ms and a fresh session about 1.5 s more before its
+first tasks ran, against about 7 ns per cell a stage reads or writes when the driver runs
+the same tasks itself. A generated 2001 x 513 exposure pair reads and writes 69 million
+cells over its 17 stages: about 0.5 s of work, which its eight Spark jobs on a fresh
 session tripled (`subzero run astronomy`: 1.09 s in the driver, 3.03 s on Spark, fresh
 processes; 0.6 s and 1.17 s warm).
 
@@ -32,8 +32,9 @@ WHERE = ("auto", "spark", "driver")
 #: the driver's time per cell a stage reads or writes (one core; measured on 1x-4x runs of
 #: the astronomy workflow: 6.4-8.7 ns)
 DRIVER_S_PER_CELL = 7e-9
-#: a Spark job's fixed cost in a warm session (measured 72-77 ms per job at 1x and 2x)
-SPARK_JOB_S = 0.075
+#: a Spark job's fixed cost (fresh black-box runs of the scale benchmark, less the modelled
+#: work and first-jobs cost, per job: 79-109 ms at 1x, 4x, 4 CCDs and 16 CCDs)
+SPARK_JOB_S = 0.09
 #: what a session's first Python jobs cost beyond that (workers start, import, JIT): a fresh
 #: process's 1x run took 1.9 s longer than the same run in a warm session
 SPARK_FIRST_S = 1.5
