@@ -316,6 +316,7 @@ class Logistic(ElementwiseBuiltin):
     """
 
     n_inputs = 1
+    imports = ("scipy.special",)
 
     def output_dtype(self, in_dtypes: Sequence[np.dtype]) -> np.dtype:
         dt = np.dtype(in_dtypes[0])

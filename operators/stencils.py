@@ -32,6 +32,7 @@ class Convolve(StencilOperator):
     half the kernel size, boundary handled like ``scipy.ndimage`` ``mode=``."""
 
     n_inputs = 1
+    imports = ("scipy.ndimage",)
 
     def __init__(self, weights: Any, boundary: str = "reflect") -> None:
         try:
@@ -69,6 +70,7 @@ class MedianFilter(StencilOperator):
     """Median over a ``(2r+1)^ndim`` box (``scipy.ndimage.median_filter``)."""
 
     n_inputs = 1
+    imports = ("scipy.ndimage",)
 
     def __init__(self, radius: int | Sequence[int] = 1, boundary: str = "reflect") -> None:
         super().__init__(radius, boundary)

@@ -93,6 +93,11 @@ class Operator(ABC):
     n_inputs: int | None = None
     #: "builtin" or "udf" (for listings and plans).
     kind: str = "builtin"
+    #: Modules the kernel imports when it first runs (kept out of import time because they
+    #: are slow to import, like ``scipy.ndimage``). A run that executes in the driver's own
+    #: process imports them before its clock starts, as it would start Spark first; a Spark
+    #: worker imports them in its first task.
+    imports: tuple[str, ...] = ()
 
     name: str = "?"
     in_shapes: tuple[Shape, ...] = ()

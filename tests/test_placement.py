@@ -9,6 +9,9 @@ import sys
 import numpy as np
 import pytest
 
+from operators.base import UDF
+from operators.elementwise import Logistic
+from operators.stencils import Convolve, MedianFilter
 from subzero.api import Run
 from subzero.chunking import Chunking
 from subzero.engine import placement
@@ -17,6 +20,7 @@ from subzero.engine.runner import run_workflow
 from subzero.engine.runs import load_run
 from subzero.engine.spark import local_cores
 from subzero.errors import SubZeroError
+from subzero.workflow import Workflow
 from tests.conftest import ROOT, assert_same_runs, run_cli
 from workflows import astronomy
 
@@ -199,3 +203,39 @@ def test_a_run_without_a_session_handed_over_uses_and_records_the_running_one(
     finally:
         cat.close()
 
+
+
+class _NeedsProbe(UDF):
+    """1 where the probe module was imported before this task ran, else 0."""
+
+    n_inputs = 1
+    imports = ("tests._import_probe", "subzero_no_such_module")
+
+    def output_dtype(self, in_dtypes):
+        return np.dtype("int64")
+
+    def run(self, ctx, x):
+        return np.full(x.shape, int("tests._import_probe" in sys.modules), dtype=np.int64)
+
+
+def test_a_driver_run_imports_its_kernels_modules_before_its_clock_starts(home):
+    """A run in the driver imports what its operators declare in ``imports`` before it
+    starts (Spark's workers import them in their first task); a module that does not
+    import is left to the kernel: here the kernel does not need it and the run completes."""
+    sys.modules.pop("tests._import_probe", None)
+    wf = Workflow("probe")
+    wf.input("a", (6, 4), source=lambda: np.zeros((6, 4)))
+    wf.add("p", _NeedsProbe(), "a")
+    res = run_workflow(wf, home, strategy="blackbox", where="driver")
+    assert res.placement.where == "driver"
+    assert np.array_equal(Run(load_run(home, res.run)).array("p"), np.ones((6, 4)))
+    assert "subzero_no_such_module" not in sys.modules
+
+
+def test_the_slow_imports_of_the_shipped_kernels_are_declared():
+    """Every shipped operator whose kernel imports scipy says so (a run in the driver would
+    otherwise pay the import inside its clock, on the critical path)."""
+    ops = astronomy.build(shape=(40, 24)).validate().ops
+    assert ops["clust"].imports == ("scipy.ndimage",)
+    assert Convolve(np.ones((3, 3))).imports == MedianFilter(1).imports == ("scipy.ndimage",)
+    assert Logistic().imports == ("scipy.special",)

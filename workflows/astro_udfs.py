@@ -1198,6 +1198,7 @@ class StarDetect(_IdentityDefault, UDF):
 
     n_inputs = 1
     parallelism: Parallelism = GLOBAL
+    imports = ("scipy.ndimage",)
 
     def __init__(self, threshold: float = 100.0) -> None:
         self.threshold = _parse_number("threshold", threshold)
