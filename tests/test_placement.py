@@ -239,3 +239,66 @@ def test_the_slow_imports_of_the_shipped_kernels_are_declared():
     assert ops["clust"].imports == ("scipy.ndimage",)
     assert Convolve(np.ones((3, 3))).imports == MedianFilter(1).imports == ("scipy.ndimage",)
     assert Logistic().imports == ("scipy.special",)
+
+
+class _HeapProbe(UDF):
+    """The bytes a 48 MB block adds to glibc's directly mapped blocks (``mallinfo2``'s
+    ``hblkhd``) while the task runs: 0 when it comes from the heap."""
+
+    n_inputs = 1
+
+    def output_dtype(self, in_dtypes):
+        return np.dtype("int64")
+
+    def run(self, ctx, x):
+        return np.full(x.shape, _mapped_by(48 << 20), dtype=np.int64)
+
+
+def _mapped_by(nbytes):
+    import ctypes
+
+    class Info(ctypes.Structure):
+        _fields_ = [(f, ctypes.c_size_t) for f in (
+            "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
+            .split())]
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = Info
+    before = libc.mallinfo2().hblkhd
+    block = np.ones(nbytes // 8)
+    grown = libc.mallinfo2().hblkhd - before
+    del block
+    return int(grown)
+
+
+_HEAP_SCRIPT = """
+import sys, tempfile
+import numpy as np
+sys.path.insert(0, '.')
+from subzero.engine.runner import run_workflow
+from subzero.workflow import Workflow
+from subzero.api import Run
+from subzero.engine.runs import load_run
+from tests.test_placement import _HeapProbe, _mapped_by
+home = tempfile.mkdtemp()
+wf = Workflow('heap')
+wf.input('a', (2, 2), source=lambda: np.zeros((2, 2)))
+wf.add('p', _HeapProbe(), 'a')
+res = run_workflow(wf, home, strategy='blackbox', where='driver')
+print(int(Run(load_run(home, res.run)).array('p')[0, 0]), _mapped_by(48 << 20))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+@pytest.mark.parametrize("malloc", ["", "default"])
+def test_a_driver_run_keeps_freed_memory_as_a_worker_does_while_it_runs(malloc):
+    """In the driver's own process, a run's tasks take large blocks from the heap, as Spark's
+    workers do (a fresh mapping is faulted in page by page); after the run glibc's steady
+    state is back (a 48 MB block is mapped again); ``SUBZERO_WORKER_MALLOC=default`` leaves
+    glibc's own settings throughout."""
+    env = {**os.environ, "SUBZERO_WORKER_MALLOC": malloc}
+    out = subprocess.run([sys.executable, "-c", _HEAP_SCRIPT], capture_output=True, text=True,
+                         env=env, cwd=ROOT, check=True).stdout.split()
+    during, after = int(out[0]), int(out[1])
+    assert after >= 48 << 20
+    assert (during == 0) if malloc == "" else (during >= 48 << 20)

@@ -603,11 +603,15 @@ def test_keep_freed_memory_raises_the_thresholds_and_sets_glibcs_own_after(monke
         with heap.keep_freed_memory():
             assert calls == [(heap.M_MMAP_THRESHOLD, 32 << 20), (heap.M_TRIM_THRESHOLD, 1 << 30)]
             raise KeyError("boom")
-    assert calls[-1] == (heap.M_TRIM_THRESHOLD, 64 << 20)
+    assert calls[2:] == [(heap.M_MMAP_THRESHOLD, 32 << 20), (heap.M_TRIM_THRESHOLD, 64 << 20)]
+    calls.clear()
+    with heap.keep_freed_memory(1 << 30):  # a run in the driver's own process: a worker's
+        assert calls == [(heap.M_MMAP_THRESHOLD, 1 << 30), (heap.M_TRIM_THRESHOLD, 1 << 30)]
+    assert calls[2:] == [(heap.M_MMAP_THRESHOLD, 32 << 20), (heap.M_TRIM_THRESHOLD, 64 << 20)]
     monkeypatch.setattr(heap, "_libc", False)
     with heap.keep_freed_memory():
         pass
-    assert len(calls) == 3
+    assert len(calls) == 4
 
 
 def test_what_a_replay_foresees_to_read_follows_the_change_not_run_order():

@@ -18,6 +18,10 @@ float64 is 33 MB, a global operator's array 525 MB), each mapped anew and faulte
 without it. The price: a worker's resident memory stays near its peak between tasks (at
 64x: 219 and 415 MB resident in the two workers after a black-box run), which Spark's own
 memory settings do not count. ``SUBZERO_WORKER_MALLOC=default`` leaves glibc's own settings.
+
+A run that executes in the driver's own process (:mod:`subzero.engine.placement`) does
+what a worker does for as long as it runs (:func:`keep_run_memory`): its tasks are a
+worker's, on the driver's threads.
 """
 
 from __future__ import annotations
@@ -76,14 +80,27 @@ def keep_worker_memory() -> bool:
 
 
 @contextmanager
-def keep_freed_memory() -> Iterator[None]:
-    """Within the block, freed memory stays in the heap for the next allocation."""
+def keep_freed_memory(mmap_threshold: int = MMAP_THRESHOLD) -> Iterator[None]:
+    """Within the block, freed memory stays in the heap for the next allocation, and
+    blocks up to ``mmap_threshold`` bytes come from the heap."""
     libc = _glibc()
     if not libc:
         yield
         return
-    set_thresholds(MMAP_THRESHOLD, TRIM_THRESHOLD)
+    set_thresholds(mmap_threshold, TRIM_THRESHOLD)
     try:
         yield
     finally:  # glibc's own steady state: the heap shrinks to this on the next free
-        libc.mallopt(M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD)
+        set_thresholds(MMAP_THRESHOLD, 2 * MMAP_THRESHOLD)
+
+
+@contextmanager
+def keep_run_memory() -> Iterator[None]:
+    """For a run in the driver's own process: a worker's settings while it runs
+    (:func:`keep_worker_memory`), glibc's steady state after; nothing when
+    ``SUBZERO_WORKER_MALLOC`` is ``default``."""
+    if os.environ.get("SUBZERO_WORKER_MALLOC", "") == "default":
+        yield
+        return
+    with keep_freed_memory(WORKER_MMAP_THRESHOLD):
+        yield

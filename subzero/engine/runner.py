@@ -35,6 +35,7 @@ import shutil
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -47,6 +48,7 @@ from subzero.chunking import Chunking, chunk_grid, task_grid
 from subzero.engine import arrays, layout
 from subzero.engine.capacity import check_fits
 from subzero.engine.catalog import Catalog, shard_row
+from subzero.engine.heap import keep_run_memory
 from subzero.engine.inputs import input_origins, origin_text, plan_inputs
 from subzero.engine.placement import Placement, check_where, place
 from subzero.engine.spark import active_session, check_master, get_spark, local_cores, resolve_master
@@ -684,7 +686,8 @@ def run_workflow(
         layout.arrays_dir(home, rid).mkdir(parents=True, exist_ok=False)
         _save_workflow(r)
         _store_inputs(r, data)
-        most = _execute(r, stages, sources, workers, bar)
+        with keep_run_memory() if spark is None else nullcontext():
+            most = _execute(r, stages, sources, workers, bar)
         runtime = time.perf_counter() - t_start
         _finish(r, runtime)
         r.operators.sort(key=lambda o: wf.order.index(o["name"]))
