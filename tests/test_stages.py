@@ -204,9 +204,9 @@ def test_tiny_stages_run_on_the_driver_and_compute_the_same(spark, home, monkeyp
     where = {}
     real = runner._run_stage_jobs
 
-    def spy(spark_, jobs, label):
+    def spy(spark_, jobs, label, **kw):
         where[label.split(": ", 1)[1]] = "driver" if spark_ is None else "spark"
-        return real(spark_, jobs, label)
+        return real(spark_, jobs, label, **kw)
 
     monkeypatch.setattr(runner, "_run_stage_jobs", spy)
     res = run_workflow(chain(), home, chunking=Chunking(split=2), spark=spark)

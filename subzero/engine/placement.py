@@ -4,16 +4,17 @@ A Spark job costs a fixed time before any of its work starts (scheduling, shippi
 closures, the Python workers' round trip), and a session's first Python jobs cost far more:
 the JVM warms up and the Python workers start and import the task code. On this project's
 machine (2 cores) a job cost about 90 ms and a fresh session about 1.5 s more before its
-first tasks ran, against about 7 ns per cell a stage reads or writes when the driver runs
-the same tasks itself. A generated 2001 x 513 exposure pair reads and writes 69 million
-cells over its 17 stages: about 0.5 s of work, which its eight Spark jobs on a fresh
-session tripled (`subzero run astronomy`: 1.09 s in the driver, 3.03 s on Spark, fresh
-processes; 0.6 s and 1.17 s warm).
+first tasks ran. The work itself takes about 7 ns per cell a stage reads or writes on one
+core; Spark's Python workers split it over the cores, the driver's task threads over the
+cores less what they wait for each other's GIL (two cores did the work of 1.6). A generated
+2001 x 513 exposure pair reads and writes 69 million cells over its 17 stages: 0.49 s of
+runtime in the driver against 2.4 s as its eight Spark jobs on a fresh session, and 16 times
+that (8004 x 2052) 4.4-4.7 s against 6.2-6.8 s (fresh `subzero run astronomy` processes).
 
 On a local master the tasks would run on this very machine, so ``where="auto"`` runs a run
 whose modelled time is shorter in the driver (:func:`place`): the same tasks
-(:func:`subzero.engine.tasks.run_group`), the same chunks, arrays and shards, stages on the
-same threads, and no Spark job; when no session is running, none is started. A cluster
+(:func:`subzero.engine.tasks.run_group`), the same chunks, arrays and shards, on one task
+thread per core, and no Spark job; when no session is running, none is started. A cluster
 master (``spark://``, ``yarn``, ``k8s://``) always gets Spark jobs under ``auto``; ``"spark"``
 and ``"driver"`` force either. The driver never runs a stage of more than
 :data:`DRIVER_MAX_STAGE_CELLS` cells (its memory stays bounded whatever the run's size), and
@@ -29,17 +30,22 @@ from typing import Sequence
 from subzero.errors import SubZeroError
 
 WHERE = ("auto", "spark", "driver")
-#: the driver's time per cell a stage reads or writes (one core; measured on 1x-4x runs of
-#: the astronomy workflow: 6.4-8.7 ns)
+#: the time per cell a stage reads or writes, on one core (the astronomy workflow's 1x-4x
+#: runs in the driver, one task at a time: 6.4-8.7 ns)
 DRIVER_S_PER_CELL = 7e-9
+#: what each core beyond the first adds to the driver's task threads, in cores (they share
+#: the GIL): fresh black-box runs at 4x, 16x and 16 CCDs took 4.0-4.7 ns per cell on two
+DRIVER_CORE_SHARE = 0.6
 #: a Spark job's fixed cost (fresh black-box runs of the scale benchmark, less the modelled
 #: work and first-jobs cost, per job: 79-109 ms at 1x, 4x, 4 CCDs and 16 CCDs)
 SPARK_JOB_S = 0.09
 #: what a session's first Python jobs cost beyond that (workers start, import, JIT): a fresh
 #: process's 1x run took 1.9 s longer than the same run in a warm session
 SPARK_FIRST_S = 1.5
-#: the most cells a stage run in the driver may read and write (about 512 MB of float64)
-DRIVER_MAX_STAGE_CELLS = 1 << 26
+#: the most cells a stage run in the driver may read and write (2 GB of float64; the
+#: largest at 16x the cells of an exposure, 230 million, ran in 1 GB of driver memory; at
+#: 64x a stage reads and writes 920 million)
+DRIVER_MAX_STAGE_CELLS = 1 << 28
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,15 @@ def check_where(where: str) -> str:
     return where
 
 
+def driver_speedup(cores: int) -> float:
+    """How many cores' work the driver's task threads do on ``cores`` cores.
+
+    >>> driver_speedup(1), driver_speedup(2)
+    (1.0, 1.6)
+    """
+    return 1.0 + DRIVER_CORE_SHARE * (max(1, cores) - 1)
+
+
 def place(where: str, stage_cells: Sequence[int], jobs: int, cores: int, local: bool,
           warm: bool) -> Placement:
     """Where a run with stages of ``stage_cells`` (cells each reads and writes) executes.
@@ -80,14 +95,14 @@ def place(where: str, stage_cells: Sequence[int], jobs: int, cores: int, local: 
 
     >>> place("auto", [10**6] * 17, 12, 2, local=True, warm=False).where
     'driver'
-    >>> place("auto", [10**8] * 17, 12, 2, local=True, warm=False).where
+    >>> place("auto", [250_000_000] * 17, 12, 2, local=True, warm=False).where
     'spark'
     >>> place("auto", [10**6] * 17, 12, 2, local=False, warm=False).where
     'spark'
     """
     check_where(where)
     cells = sum(stage_cells)
-    driver_s = DRIVER_S_PER_CELL * cells
+    driver_s = DRIVER_S_PER_CELL * cells / driver_speedup(cores)
     spark_s = (DRIVER_S_PER_CELL * cells / max(1, cores) + SPARK_JOB_S * jobs
                + (0.0 if warm else SPARK_FIRST_S))
     biggest = max(stage_cells, default=0)

@@ -121,6 +121,8 @@ class _Run:
     #: bytes the lineage kept so far takes on disk (:func:`disk_bytes`; ``max_disk`` bounds it)
     lineage_disk: int = 0
     operators: list[dict[str, Any]] = field(default_factory=list)
+    #: the task threads of stages that run in this process (its cores)
+    threads: int = 1
 
 
 @dataclass
@@ -294,10 +296,10 @@ def _index(job: TaskJob | InputJob) -> tuple[int, ...]:
     return job.index if isinstance(job, InputJob) else job.chunk.index
 
 
-def _run_stage_jobs(spark: Any, jobs: list[GroupJob], label: str
+def _run_stage_jobs(spark: Any, jobs: list[GroupJob], label: str, threads: int = 1
                     ) -> tuple[list[list[dict[str, Any]]], float]:
     t0 = time.perf_counter()
-    results = run_groups(jobs, spark, label)
+    results = run_groups(jobs, spark, label, threads)
     return results, time.perf_counter() - t0
 
 
@@ -441,7 +443,8 @@ def _execute(r: _Run, stages: list[Stage], sources: Mapping[str, Callable[[Box],
                     cells = sum(_stage_cells(r.wf, st) for st in batch)
                     spark = None if cells <= DRIVER_STAGE_CELLS else r.spark
                     label = "; ".join(_stage_label(st) for st in batch)
-                    running[pool.submit(_run_stage_jobs, spark, jobs, f"{r.rid}: {label}")] = batch
+                    running[pool.submit(_run_stage_jobs, spark, jobs, f"{r.rid}: {label}",
+                                        threads=r.threads)] = batch
                 most = max(most, len(running))
                 if not running:
                     raise RuntimeError(f"stages {sorted(pending)} wait on each other")
@@ -679,7 +682,8 @@ def run_workflow(
         plan={n: [s.name for s in ss] for n, ss in resolved.items()},
         master=want, chunking=chunking.to_json(), placement=placed.to_json(),
     )
-    r = _Run(wf, home, rid, cat, chunking, spark, max_disk, resolved, origins=origins)
+    r = _Run(wf, home, rid, cat, chunking, spark, max_disk, resolved, origins=origins,
+             threads=cores)
     t_start = time.perf_counter()
     bar = _progress(len(wf.order), progress, notify)
     try:

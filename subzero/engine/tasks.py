@@ -382,15 +382,22 @@ def run_jobs(jobs: Sequence[TaskJob], spark: Any | None, label: str = "") -> lis
     return _run(run_task, jobs, spark, label)
 
 
-def run_groups(jobs: Sequence[GroupJob], spark: Any | None, label: str = ""
-               ) -> list[list[dict]]:
-    """Run the chunks of a fused stage as one Spark stage (or on the driver)."""
-    return _run(run_group, jobs, spark, label)
+def run_groups(jobs: Sequence[GroupJob], spark: Any | None, label: str = "",
+               threads: int = 1) -> list[list[dict]]:
+    """Run the chunks of a fused stage as one Spark stage (or on the driver, on this
+    process's ``threads`` task threads: see :func:`_run`)."""
+    return _run(run_group, jobs, spark, label, threads)
 
 
-def _run(fn: Callable[[Any], Any], jobs: Sequence[Any], spark: Any | None, label: str
-         ) -> list[Any]:
+def _run(fn: Callable[[Any], Any], jobs: Sequence[Any], spark: Any | None, label: str,
+         threads: int = 1) -> list[Any]:
+    """``fn`` of every job: as one Spark stage, or in this process. There, with ``threads``
+    above 1, the jobs run on this process's one pool of that many task threads, which every
+    stage running at the time shares (as a stage's tasks share an executor's cores): a
+    stage alone, such as the one after a global operator, keeps every core busy."""
     if spark is None or not jobs:
+        if threads > 1 and len(jobs) > 1:
+            return list(arrays.thread_pool(f"subzero-task-{threads}", threads).map(fn, jobs))
         return [fn(j) for j in jobs]
     sc = spark.sparkContext
     sc.setJobDescription(label)
