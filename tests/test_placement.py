@@ -304,3 +304,36 @@ def test_a_driver_run_keeps_freed_memory_as_a_worker_does_while_it_runs(malloc):
     during, after = int(out[0]), int(out[1])
     assert after >= 48 << 20
     assert (during == 0) if malloc == "" else (during >= 48 << 20)
+
+
+class _Threads(UDF):
+    """Each chunk's cells: 1 if its task ran on a task thread of the driver's pool."""
+
+    n_inputs = 1
+    names: set = set()
+
+    def output_dtype(self, in_dtypes):
+        return np.dtype("int64")
+
+    def run(self, ctx, x):
+        import threading
+        import time
+
+        name = threading.current_thread().name
+        _Threads.names.add(name)
+        time.sleep(0.05)  # both chunks in flight at once, when they run on two threads
+        return np.full(x.shape, int(name.startswith("subzero-task")), dtype=np.int64)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core: one task thread")
+def test_a_stage_alone_in_the_driver_runs_its_chunks_on_every_core(home):
+    """A stage with no other stage beside it (here the only one) runs its chunks on the
+    driver's task threads, one per core, not one after the other on its stage's thread."""
+    _Threads.names = set()
+    wf = Workflow("threads")
+    wf.input("a", (8, 4), source=lambda: np.zeros((8, 4)))
+    wf.add("t", _Threads(), "a")
+    res = run_workflow(wf, home, strategy="blackbox", where="driver", master="local[2]",
+                       chunking=Chunking(split=(4, 1)))
+    assert np.array_equal(Run(load_run(home, res.run)).array("t"), np.ones((8, 4)))
+    assert len(_Threads.names) == 2, _Threads.names
