@@ -35,6 +35,26 @@ def test_catalog_schema_version_and_runs(tmp_path):
         Catalog(tmp_path / "c.sqlite")
 
 
+def test_a_transaction_inside_another_is_part_of_it(tmp_path):
+    """A stage's rows go in one commit (the runner wraps an operator's records in one
+    transaction, each record opening its own inside): all of them, or none."""
+    cat = Catalog(tmp_path / "c.sqlite")
+    rid = cat.create_run("wf", {}, "subzero", {})
+    with pytest.raises(KeyError):
+        with cat.tx():
+            cat.set_statistics(rid, "op", "s", {"records": 3})
+            assert cat.db.in_transaction
+            raise KeyError("boom")
+    assert cat.statistics(rid) == []  # the inner record went with the outer transaction
+    with cat.tx():
+        cat.set_statistics(rid, "op", "s", {"records": 3})
+        cat.set_statistics(rid, "op", "t", {"records": 4})
+        assert cat.db.in_transaction
+    assert not cat.db.in_transaction
+    other = Catalog(tmp_path / "c.sqlite")  # committed: another connection sees both
+    assert sorted(r["strategy"] for r in other.statistics(rid)) == ["s", "t"]
+
+
 def test_stale_running_run_of_a_dead_process_is_marked_failed(tmp_path):
     path = tmp_path / "c.sqlite"
     code = ("from subzero.engine.catalog import Catalog; import sys; "

@@ -146,7 +146,11 @@ _LOG_SQL = ("INSERT INTO query_log (run, at, direction, start, target, path, in_
 
 @contextmanager
 def _transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """One IMMEDIATE transaction: all or nothing."""
+    """One IMMEDIATE transaction: all or nothing. Inside another, it is part of that one
+    (a caller records many rows at once: one commit)."""
+    if db.in_transaction:
+        yield db
+        return
     db.execute("BEGIN IMMEDIATE")
     try:
         yield db
