@@ -3,6 +3,7 @@ unfused, one-stage-at-a-time run writes (arrays, shards, query answers), for sev
 chunkings; inputs produced chunk by chunk from generators and files."""
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -288,3 +289,35 @@ def test_a_store_that_fails_on_the_storing_thread_fails_the_run_naming_its_step(
                      where="driver")
     r = Catalog(home / "catalog.sqlite").runs()[-1]
     assert r["status"] == "failed" and "'g'" in r["error"]
+
+
+def test_in_the_driver_a_stage_s_dependents_start_while_its_lineage_is_stored(
+        home, monkeypatch):
+    """A run in the driver's own process does not wait for a stage's lineage stores before
+    it starts the stages after it (the storing thread works on meanwhile); the stage is
+    recorded, shards and all, once they are stored. Under a lineage budget it waits."""
+    from subzero.engine import runner, tasks
+
+    times = {}
+    real_store, real_jobs = tasks.store_shards, runner._run_stage_jobs
+
+    def slow_store(job, full, pay, same_as=None):
+        if job.op.name == "k":
+            time.sleep(0.3)
+            times["k stored"] = time.perf_counter()
+        return real_store(job, full, pay, same_as)
+
+    def jobs(spark_, jobs_, label, **kw):
+        times.setdefault(label.split(": ", 1)[1], time.perf_counter())
+        return real_jobs(spark_, jobs_, label, **kw)
+
+    monkeypatch.setattr(tasks, "store_shards", slow_store)
+    monkeypatch.setattr(runner, "_run_stage_jobs", jobs)
+    plan = {"k": ["full-one-bwd"]}
+    res = run_workflow(chain(), home, plan=plan, chunking=Chunking(split=2), where="driver")
+    assert times["corner"] < times["k stored"]
+    assert {o["name"]: o for o in res.operators}["k"]["lineage_bytes"] > 0
+    times.clear()
+    run_workflow(chain(), home, plan=plan, chunking=Chunking(split=2), where="driver",
+                 max_disk=1 << 30)
+    assert times["corner"] > times["k stored"]

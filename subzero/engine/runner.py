@@ -57,9 +57,11 @@ from subzero.engine.tasks import (
     GroupJob,
     InputJob,
     TaskJob,
+    deferring_stores,
     make_jobs,
     raise_task_error,
     run_groups,
+    settle_deferred,
 )
 from subzero.modes import BLACKBOX, Strategy, capture_modes
 from subzero.workflow import Workflow
@@ -511,6 +513,8 @@ def _execute(r: _Run, stages: list[Stage], sources: Mapping[str, Callable[[Box],
                     submit_ready()
                     most = max(most, len(running))
                 for batch, parts, wall in ended:
+                    for mine in parts:  # their dependents run meanwhile
+                        settle_deferred(mine)
                     busy = [sum(res.get("task_s", 0.0) for chunk in mine for res in chunk)
                             for mine in parts]
                     for st, mine, b in zip(batch, parts, busy):
@@ -755,7 +759,8 @@ def run_workflow(
         layout.arrays_dir(home, rid).mkdir(parents=True, exist_ok=False)
         _save_workflow(r)
         _store_inputs(r, data)
-        with keep_run_memory() if spark is None else nullcontext():
+        with (keep_run_memory() if spark is None else nullcontext(),
+              deferring_stores() if spark is None and max_disk is None else nullcontext()):
             most = _execute(r, stages, sources, workers, bar)
         runtime = time.perf_counter() - t_start
         _finish(r, runtime)

@@ -15,9 +15,10 @@ import sys
 import time
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -329,6 +330,7 @@ def run_group(job: GroupJob) -> list[dict[str, Any]]:
     producers: Producers = {}
     stores: list[tuple[dict[str, Any], Future]] = []
     out = []
+    ok = False
     try:
         for step in job.steps:
             if isinstance(step, InputJob):
@@ -340,9 +342,43 @@ def run_group(job: GroupJob) -> list[dict[str, Any]]:
             out.append(res)
             if "error" in res:
                 break
+        ok = "error" not in out[-1] if out else True
     finally:
-        settle_stores(stores)
+        if ok and _deferring:  # the driver settles them (settle_deferred)
+            for res, fut in stores:
+                res[_PENDING] = fut
+        else:
+            settle_stores(stores)
     return out
+
+
+#: in a run in the driver's own process (:func:`deferring_stores`), a fused task ends
+#: without waiting for its lineage stores: its results carry them, and the driver settles
+#: them once the stages that depend on it have started (:func:`settle_deferred`)
+_deferring = False
+_PENDING = "pending_store"
+
+
+@contextmanager
+def deferring_stores() -> Iterator[None]:
+    """Within the block, this process's fused tasks leave their lineage stores to the
+    driver (a run in the driver's own process, not under a lineage budget): the storing
+    thread works on while the next stages run, as the task threads would otherwise wait
+    for it (a stage's last step stores after its chunk is written, ``cr`` and ``clust``
+    above all)."""
+    global _deferring
+    _deferring = True
+    try:
+        yield
+    finally:
+        _deferring = False
+
+
+def settle_deferred(results: Sequence[Sequence[dict[str, Any]]]) -> None:
+    """Wait for the stores the tasks of ``results`` (one list per chunk) left pending, and
+    complete their results as :func:`settle_stores` does."""
+    settle_stores([(res, res.pop(_PENDING)) for chunk in results for res in chunk
+                   if _PENDING in res])
 
 
 def settle_stores(stores: list[tuple[dict[str, Any], Future]]) -> None:
