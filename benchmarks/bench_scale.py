@@ -34,7 +34,9 @@ For each configuration:
 - queries, in this process through the Python API (``Home(H).get(run)``), on the first
   subzero run: BQ0-BQ4 and FQ0 (with N CCDs, CCD 1's ``c1.BQ0``... and those of one other
   CCD drawn at random), each called once (``first_s``, the cold call) then
-  ``--query-repeat`` times (default 20): median and p95. Query cells are chosen before
+  ``--query-repeat`` times in all (default 20), in blocks after each repeat's runs (this
+  machine's load comes in phases of seconds that slow everything by up to 1.8x; a block
+  timed at once landed whole in one): median and p95 of all. Query cells are chosen before
   timing, as in ``bench_astronomy``.
 
 Then the fitted slopes (least squares of log time against log cells, over 4x..64x; over
@@ -350,37 +352,61 @@ def ccd_prefixes(names: Sequence[str], ccds: int, seed: int = CCD_SEED) -> list[
     return [f"{p}." for p in out]
 
 
-def time_query(run: Run, name: str, repeat: int) -> dict[str, Any]:
-    """One named query: the cells chosen first (not timed), one cold call, then
-    ``repeat`` timed calls."""
+def time_query(run: Run, name: str, repeat: int, first: bool = True) -> dict[str, Any]:
+    """One named query: the cells chosen first (not timed), one cold call (``first``),
+    then ``repeat`` timed calls."""
     cells = run.named_query_cells(name)
     t0 = time.perf_counter()
     res = run.named_query(name, cells=cells)
-    first = time.perf_counter() - t0
+    cold = time.perf_counter() - t0
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
         run.named_query(name, cells=cells)
         times.append(time.perf_counter() - t0)
-    return {"median_s": statistics.median(times), "p95_s": float(np.percentile(times, 95)),
-            "first_s": first, "count": int(res.count), "array": res.array,
-            "methods": [f"{s.operator}:{s.method}" for s in res.steps], "times": times}
+    out = {"median_s": statistics.median(times), "p95_s": float(np.percentile(times, 95)),
+           "count": int(res.count), "array": res.array,
+           "methods": [f"{s.operator}:{s.method}" for s in res.steps], "times": times}
+    if first:
+        out["first_s"] = cold
+    return out
 
 
-def time_queries(run: Run, ccds: int, repeat: int) -> list[dict[str, Any]]:
+def _query_run(home: Path, rid: str) -> Run:
+    """The run the benchmark queries (its queries stay out of the run's workload log)."""
+    run = Home(home).get(rid)
+    run.query_executor(log=False)
+    return run
+
+
+def time_queries(run: Run, ccds: int, repeat: int,
+                 before: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Every query of :data:`QUERIES` (of the CCDs :func:`ccd_prefixes` draws), timed
+    ``repeat`` times; with ``before`` (an earlier block's records), this block's times are
+    added to theirs and the median and p95 are of them all."""
     names = list(run.workflow.queries)
     out = []
+    k = 0
     for prefix in ccd_prefixes(names, ccds):
         for q in QUERIES:
             name = prefix + q
             rec: dict[str, Any] = {"query": name, "kind": q, "ccd": prefix.rstrip(".") or None}
+            old = before[k] if before is not None else None
+            k += 1
             if name not in run.workflow.queries:
                 rec["error"] = f"the run has no named query {name!r}"
+            elif old is not None and "error" in old:
+                rec["error"] = old["error"]
             else:
                 try:
-                    rec.update(time_query(run, name, repeat))
+                    rec.update(time_query(run, name, repeat, first=old is None))
                 except SubZeroError as e:  # e.g. no cosmic ray to trace in a tiny image
                     rec["error"] = str(e)
+                if old is not None and "times" in rec:
+                    times = old["times"] + rec["times"]
+                    rec.update(old, times=times, median_s=statistics.median(times),
+                               p95_s=float(np.percentile(times, 95)),
+                               blocks=old.get("blocks", 1) + 1)
             out.append(rec)
     return out
 
@@ -398,7 +424,9 @@ def measure(cfg: Config, tmp: Path, repeat: int, query_repeat: int, master: str 
     except SubZeroError as e:
         raise BenchError(f"the workflow refuses {cfg.params()}: {e}") from None
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in (*STRATEGIES, ON_SPARK)}
-    kept: Path | None = None  # the first subzero run's home, queried at the end
+    kept: Path | None = None  # the first subzero run's home, queried after each repeat
+    run: Run | None = None
+    queries: list[dict[str, Any]] | None = None
     try:
         for rep in range(repeat):
             # interleaved, alternating which goes first: load and order hit both alike; a
@@ -421,15 +449,18 @@ def measure(cfg: Config, tmp: Path, repeat: int, query_repeat: int, master: str 
                     shutil.rmtree(home, ignore_errors=True)
             ref.measure()
             log(f"{cfg.name} numpy #{rep}: {ref.times[-1]:.2f} s")
-        assert kept is not None
-        run = Home(kept).get(runs["subzero"][0]["run"])
-        run.query_executor(log=False)  # the benchmark's queries stay out of the workload
-        try:
-            queries = time_queries(run, cfg.ccds, query_repeat)
-            same = matches(run, ref.outputs)
-        finally:
-            run.query_executor().close()
+            # the queries, a block of them after each repeat on the first subzero run:
+            # spread over the configuration's minutes, so that a phase of a shared
+            # machine's load lands in a few of their times, not all of them
+            if kept is not None:
+                run = run or _query_run(kept, runs["subzero"][0]["run"])
+                queries = time_queries(run, cfg.ccds, max(1, -(-query_repeat // repeat)),
+                                       queries)
+        assert kept is not None and run is not None and queries is not None
+        same = matches(run, ref.outputs)
     finally:
+        if run is not None:
+            run.query_executor().close()
         if kept is not None:
             shutil.rmtree(kept, ignore_errors=True)
     bb, sz = summarize_runs(runs["blackbox"]), summarize_runs(runs["subzero"])

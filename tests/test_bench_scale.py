@@ -163,3 +163,28 @@ def test_a_configuration_the_workflow_refuses_is_skipped_before_any_run(tmp_path
     with pytest.raises(bs.BenchError, match="the workflow refuses .*shape must be"):
         bs.measure(bad, tmp_path, 1, 1, None, print)
     assert not list(tmp_path.iterdir())
+
+
+def test_query_blocks_pool_their_times(monkeypatch):
+    """Queries timed in blocks (one after each repeat) report the median and p95 of every
+    block's times, the cold call of the first block, and a query that failed stays failed."""
+    blocks = iter([[1.0, 2.0, 3.0], [10.0, 20.0, 30.0]])
+
+    def fake(run, name, repeat, first=True):
+        if name == "BQ1":
+            raise bs.SubZeroError("no star")
+        times = next(blocks) if name == "BQ0" else [0.5] * repeat
+        return {"median_s": float(np.median(times)), "p95_s": max(times), "times": times,
+                "count": 3, "array": "a", "methods": [], **({"first_s": 9.0} if first else {})}
+
+    class FakeRun:
+        class workflow:
+            queries = {q: None for q in bs.QUERIES}
+
+    monkeypatch.setattr(bs, "time_query", fake)
+    one = bs.time_queries(FakeRun(), 1, 3)
+    both = bs.time_queries(FakeRun(), 1, 3, one)
+    bq0 = both[0]
+    assert bq0["times"] == [1.0, 2.0, 3.0, 10.0, 20.0, 30.0] and bq0["median_s"] == 6.5
+    assert bq0["first_s"] == 9.0 and bq0["blocks"] == 2
+    assert both[1]["error"] == "no star"
