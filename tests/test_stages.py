@@ -321,3 +321,32 @@ def test_in_the_driver_a_stage_s_dependents_start_while_its_lineage_is_stored(
     run_workflow(chain(), home, plan=plan, chunking=Chunking(split=2), where="driver",
                  max_disk=1 << 30)
     assert times["corner"] > times["k stored"]
+
+
+def test_a_failed_run_in_the_driver_leaves_no_lineage_being_stored(home, monkeypatch):
+    """A run in the driver that fails while stores it has not settled are still running
+    (here: recording the stage fails before it waits for them) ends only once they have
+    ended, so nothing writes into its folder after it."""
+    from subzero.engine import runner, tasks
+
+    ended = {}
+    real = tasks.store_shards
+
+    def slow_store(job, full, pay, same_as=None):
+        if job.op.name == "k":
+            time.sleep(0.3)
+        out = real(job, full, pay, same_as)
+        ended[job.op.name] = time.perf_counter()
+        return out
+
+    def broken(results):
+        if any(tasks._PENDING in res for chunk in results for res in chunk):
+            raise OSError("catalog unwritable")
+
+    monkeypatch.setattr(tasks, "store_shards", slow_store)
+    monkeypatch.setattr(runner, "settle_deferred", broken)
+    with pytest.raises(OSError, match="catalog unwritable"):
+        run_workflow(chain(), home, plan={"k": ["full-one-bwd"]}, chunking=Chunking(split=2),
+                     where="driver")
+    failed_at = time.perf_counter()
+    assert "k" in ended and ended["k"] < failed_at

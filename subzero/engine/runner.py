@@ -58,6 +58,7 @@ from subzero.engine.tasks import (
     InputJob,
     TaskJob,
     deferring_stores,
+    drain_stores,
     make_jobs,
     raise_task_error,
     run_groups,
@@ -525,10 +526,11 @@ def _execute(r: _Run, stages: list[Stage], sources: Mapping[str, Callable[[Box],
                 fut.cancel()
             wait(list(running))
             raise
-        finally:  # no array is created after the run ends
+        finally:  # no array is created, and no lineage stored, after the run ends
             for fut in r.made.values():
                 fut.cancel()
             wait(list(r.made.values()))
+            drain_stores()
     return most
 
 

@@ -374,6 +374,13 @@ def deferring_stores() -> Iterator[None]:
         _deferring = False
 
 
+def drain_stores() -> None:
+    """Wait until every store handed to this process's storing thread so far has ended
+    (its one thread takes them in turn): a failed run in the driver's own process leaves
+    none writing after it."""
+    _storer().submit(lambda: None).result()
+
+
 def settle_deferred(results: Sequence[Sequence[dict[str, Any]]]) -> None:
     """Wait for the stores the tasks of ``results`` (one list per chunk) left pending, and
     complete their results as :func:`settle_stores` does."""
