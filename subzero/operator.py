@@ -37,7 +37,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from subzero.cells import Box, as_linear
-from subzero.errors import ModeError, ShapeError
+from subzero.errors import ModeError, ShapeError, WorkflowError
 from subzero.modes import Mode
 from subzero.runtime import TaskContext
 
@@ -128,8 +128,15 @@ class Operator(ABC):
                 f"operator {name!r} ({type(self).__name__}) takes {self.n_inputs} input(s); "
                 f"got {len(in_shapes)}"
             )
+        imports = (self.imports,) if isinstance(self.imports, str) else self.imports
+        if not isinstance(imports, (tuple, list)) or not all(
+                isinstance(m, str) and m for m in imports):
+            raise WorkflowError(
+                f"operator {name!r} ({type(self).__name__}): imports must be module names "
+                f"(a tuple of strings such as ('scipy.ndimage',)); got {self.imports!r}")
         op = copy.copy(self)
         op.name = name
+        op.imports = tuple(imports)
         op.in_shapes = tuple(tuple(int(v) for v in s) for s in in_shapes)
         op.in_dtypes = tuple(np.dtype(d) for d in in_dtypes)
         op.out_shape = tuple(int(v) for v in op.output_shape(op.in_shapes))

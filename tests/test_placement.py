@@ -337,3 +337,20 @@ def test_a_stage_alone_in_the_driver_runs_its_chunks_on_every_core(home):
                        chunking=Chunking(split=(4, 1)))
     assert np.array_equal(Run(load_run(home, res.run)).array("t"), np.ones((8, 4)))
     assert len(_Threads.names) == 2, _Threads.names
+
+
+@pytest.mark.parametrize("imports, expected", [("scipy.ndimage", ("scipy.ndimage",)),
+                                               (["json"], ("json",))])
+def test_imports_take_one_module_name_or_several(imports, expected):
+    op = type("Op", (_NeedsProbe,), {"imports": imports})()
+    assert op.bind("p", [(2, 2)], ["float64"]).imports == expected
+
+
+@pytest.mark.parametrize("bad", [(1,), ("",), None])
+def test_bad_imports_are_one_line_naming_the_operator_and_the_value(bad):
+    from subzero.errors import WorkflowError
+
+    op = type("Op", (_NeedsProbe,), {"imports": bad})()
+    with pytest.raises(WorkflowError, match=r"operator 'p' \(Op\): imports must be module "
+                       r"names .* got " + repr(bad).replace("(", r"\(").replace(")", r"\)")):
+        op.bind("p", [(2, 2)], ["float64"])

@@ -74,9 +74,14 @@ def keep_worker_memory() -> bool:
     """For the rest of the process (and the processes it forks), large blocks come from
     the heap and freed ones stay there; False elsewhere than glibc, or when
     ``SUBZERO_WORKER_MALLOC`` is ``default``."""
-    if os.environ.get("SUBZERO_WORKER_MALLOC", "") == "default":
+    if _glibc_left_alone():
         return False
     return set_thresholds(WORKER_MMAP_THRESHOLD, WORKER_TRIM_THRESHOLD)
+
+
+def _glibc_left_alone() -> bool:
+    """``SUBZERO_WORKER_MALLOC=default``: workers and runs keep glibc's own settings."""
+    return os.environ.get("SUBZERO_WORKER_MALLOC", "") == "default"
 
 
 @contextmanager
@@ -99,7 +104,7 @@ def keep_run_memory() -> Iterator[None]:
     """For a run in the driver's own process: a worker's settings while it runs
     (:func:`keep_worker_memory`), glibc's steady state after; nothing when
     ``SUBZERO_WORKER_MALLOC`` is ``default``."""
-    if os.environ.get("SUBZERO_WORKER_MALLOC", "") == "default":
+    if _glibc_left_alone():
         yield
         return
     with keep_freed_memory(WORKER_MMAP_THRESHOLD):
