@@ -162,7 +162,13 @@ def group_by_payload(pairs: PairBatch | None) -> list[tuple[bytes, np.ndarray]]:
         width = int(lens[0])
         rows = pairs.payload.values.reshape(len(pairs), width) if width else np.zeros(
             (len(pairs), 1), np.uint8)
-        uniq, inv = np.unique(rows, axis=0, return_inverse=True)
+        if 0 < width <= 8:  # rows as big-endian integers sort as the rows do (quicker)
+            keys = np.zeros((len(pairs), 8), dtype=np.uint8)
+            keys[:, :width] = rows
+            ukeys, inv = np.unique(keys.view(">u8").reshape(-1), return_inverse=True)
+            uniq = ukeys.astype(">u8").view(np.uint8).reshape(-1, 8)[:, :width]
+        else:
+            uniq, inv = np.unique(rows, axis=0, return_inverse=True)
         inv = inv.reshape(-1)
         payloads = [u.tobytes() if width else b"" for u in uniq]
     else:
@@ -223,7 +229,7 @@ def _payload_backward_lin(pairs_for: PairsFor, op: Any, i: int, front: Frontier,
         have = (batch[1] if batch is not None else
                 np.concatenate([outs for _, outs in groups]).astype(np.uint64) if groups
                 else np.empty(0, np.uint64))
-        rest = np.setdiff1d(front.lin, have)
+        rest = front.lin[~np.isin(front.lin, have)]  # (sorted and distinct, as it is)
         if len(rest):
             lin = op.map_b_lin(rest, i)
             if lin is None:

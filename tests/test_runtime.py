@@ -1,9 +1,10 @@
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from subzero.cells import Box, Ragged
 from subzero.errors import CellError
-from subzero.lineage import MemorySink, PairBatch, expand_pairs
+from subzero.lineage import MemorySink, PairBatch, expand_pairs, group_by_payload
 from subzero.modes import Mode
 from subzero.runtime import ChunkContext, TaskContext
 
@@ -65,3 +66,28 @@ def test_memory_sink_and_concat():
     stats = sink.close()
     assert stats["pairs"] == 2 and stats["out_cells"] == 2 and stats["in_cells"] == 4
     assert isinstance(sink.pairs, PairBatch)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data(), st.sampled_from([0, 1, 3, 8, 9, 12, None]))
+def test_group_by_payload_groups_like_a_dict(data, width):
+    """Output cells grouped by payload, payloads in byte order: as a dict built pair by
+    pair, for payloads of one width (up to 8 bytes they are sorted as integers) or of
+    several (``None``)."""
+    n = data.draw(st.integers(1, 30))
+    if width is None:
+        kinds = st.sampled_from([b"\x01", b"\x01\x02\x03\x04", b"\x00\x09", b""])
+    else:  # few distinct payloads, so that groups hold several pairs
+        kinds = st.sampled_from(data.draw(st.lists(
+            st.binary(min_size=width, max_size=width), min_size=1, max_size=4)))
+    pays = [data.draw(kinds) for _ in range(n)]
+    outs = [data.draw(st.lists(st.integers(0, 1000), min_size=1, max_size=3)) for _ in pays]
+    pairs = PairBatch(Ragged.from_rows([np.array(o, np.uint64) for o in outs]),
+                      payload=Ragged.from_rows([np.frombuffer(p, np.uint8) for p in pays],
+                                               dtype=np.uint8))
+    want: dict[bytes, list[int]] = {}
+    for p, o in zip(pays, outs):
+        want.setdefault(p, []).extend(o)
+    got = group_by_payload(pairs)
+    assert [p for p, _ in got] == sorted(want)
+    assert [o.tolist() for _, o in got] == [want[p] for p in sorted(want)]

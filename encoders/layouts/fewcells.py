@@ -106,19 +106,73 @@ def lookup(shard: ShardData, table: str, q: Sequence[int]) -> list[tuple[int, in
 
 def _find_two_byte(buf: bytes, w: int, kp: int, v: int) -> int:
     """The item of a run (``w``-byte rows: ``kp`` bytes of key, a two-byte low part, the
-    ref) whose low part is ``v``, by bisection (items are sorted); -1 when none is."""
-    lo, hi = 0, len(buf) // w
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        p = mid * w + kp
-        x = buf[p] << 8 | buf[p + 1]
-        if x < v:
-            lo = mid + 1
-        elif x > v:
-            hi = mid
-        else:
-            return mid
+    ref) whose low part is ``v``, found with ``bytes.find`` (a match not at an item's low
+    part is passed over; low parts are unique within a run); -1 when none is."""
+    pat = bytes((v >> 8, v & 0xFF))
+    j = buf.find(pat, kp)
+    while j >= 0:
+        k, r = divmod(j - kp, w)
+        if r == 0:
+            return k
+        j = buf.find(pat, j + 1)
     return -1
+
+
+def records(heap: np.ndarray, refs: Sequence[int]) -> list[bytes]:
+    """The records at byte offsets ``refs`` of a record heap, as bytes (in ``refs`` order)."""
+    view = memoryview(heap)
+    out = []
+    for ref in refs:
+        n = view[ref]
+        start = ref + 1
+        if n >= 0x80:
+            start, n = record_span(view, ref)
+        out.append(bytes(view[start:start + n]))
+    return out
+
+
+def _varint(b: bytes, p: int) -> tuple[int, int]:
+    """The LEB128 varint at ``b[p]``: ``(value, position after it)``."""
+    v, shift = 0, 0
+    while True:
+        x = b[p]
+        p += 1
+        v |= (x & 0x7F) << shift
+        if x < 0x80:
+            return v, p
+        shift += 7
+
+
+def payload_rows(cells: Sequence[Sequence[int]], recs: Sequence[bytes]
+                 ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None:
+    """The payload pairs of records holding a payload section each (:mod:`encoders.formats.
+    payloads`: a varint count, the payloads' varint lengths, their bytes), each record
+    paired with the cells ``cells`` gives it: ``((cells, offsets), (payload bytes,
+    offsets))``, one row per payload in record order, as :func:`~encoders.formats.payloads.
+    read_section` and ``take_rows`` give them. None when a record is too long for plain
+    Python (:data:`MAX_RECORD`)."""
+    out: list[int] = []
+    out_len: list[int] = []
+    pays: list[bytes] = []
+    for cs, rec in zip(cells, recs):
+        if len(rec) > MAX_RECORD:
+            return None
+        m, p = _varint(rec, 0)
+        lens = []
+        for _ in range(m):
+            n, p = _varint(rec, p)
+            lens.append(n)
+        for n in lens:
+            pays.append(rec[p:p + n])
+            p += n
+            out.extend(cs)
+            out_len.append(len(cs))
+    cell_off = np.zeros(len(out_len) + 1, dtype=np.int64)
+    np.cumsum(out_len, out=cell_off[1:])
+    pay_off = np.zeros(len(pays) + 1, dtype=np.int64)
+    np.cumsum(list(map(len, pays)), out=pay_off[1:])
+    return ((np.array(out, dtype=np.uint64), cell_off),
+            (np.frombuffer(b"".join(pays), dtype=np.uint8).copy(), pay_off))
 
 
 def decode_set(tok: Sequence[int], p: int, shape: Sequence[int]

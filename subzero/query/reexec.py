@@ -13,7 +13,7 @@ optimizer's cost model estimates the same tiles for a query of ``n`` scattered c
 from __future__ import annotations
 
 import math
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, Sequence
 
 import numpy as np
@@ -37,7 +37,12 @@ def tile_shape(chunk: Sequence[int], cells: int = TILE_CELLS) -> tuple[int, ...]
     >>> tile_shape((1001, 513)), tile_shape((10, 10))
     ((251, 257), (10, 10))
     """
-    tile = [int(c) for c in chunk]
+    return _tile_shape(tuple(int(c) for c in chunk), int(cells))
+
+
+@lru_cache(maxsize=256)  # a query asks it at each step: a few chunk shapes per run
+def _tile_shape(chunk: tuple[int, ...], cells: int) -> tuple[int, ...]:
+    tile = list(chunk)
     while int(np.prod(tile)) > cells:
         ax = int(np.argmax(tile))
         if tile[ax] == 1:
@@ -82,9 +87,9 @@ def touched_boxes_lin(lin: np.ndarray, shape: Sequence[int], tile: Sequence[int]
 
 def _tile_boxes(idx: np.ndarray, shape: Sequence[int], tile: Sequence[int]) -> list[Box]:
     """The boxes of the ``tile`` grid over ``shape`` at grid indices ``idx`` (rows)."""
-    return [Box(tuple(int(k) * t for k, t in zip(i, tile)),
-                tuple(min(n, (int(k) + 1) * t) for k, t, n in zip(i, tile, shape)))
-            for i in idx]
+    return [Box(tuple(k * t for k, t in zip(i, tile)),
+                tuple(min(n, (k + 1) * t) for k, t, n in zip(i, tile, shape)))
+            for i in np.asarray(idx, dtype=np.int64).tolist()]
 
 
 def _any_per_block(a: np.ndarray, ax: int, t: int) -> np.ndarray:

@@ -220,9 +220,17 @@ class EncodingConformance:
             q = data.draw(queries(out_shape))
             at = coords(q, out_shape)[:, :len(out_shape)]
             want = PairBatch.concat([r.payload_pairs(q) for r in readers])
+            # each shard's records in plain Python (a few cells) or arrays, mixed
+            few = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+
+            def records(r, few_cells, given_at):
+                with mock.patch.object(fewcells, "FEW_CELLS",
+                                       len(q) if few_cells else -1):
+                    return r.payload_records(q, None, given_at)
+
             for given_at in (None, at):
-                got = kind.pairs_from_records([r.payload_records(q, None, given_at)
-                                               for r in readers])
+                got = kind.pairs_from_records([records(r, f, given_at)
+                                               for r, f in zip(readers, few)])
                 assert (got is None) == (want is None)
                 if want is not None:
                     assert got.out.values.tolist() == want.out.values.tolist()

@@ -72,3 +72,60 @@ def test_touching_keeps_the_cells_inside_the_key_space():
     assert fewcells.touching(q, space, (10, 10)) == [12, 13, 22, 34]
     assert fewcells.touching(q, {"count": 0}, (10, 10)) == []
     assert fewcells.touching([3, 7], {"count": 2, "lin": [3, 5]}, (10,)) == [3]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.data(), st.sampled_from([(0, 4), (0, 5), (8, 12)]))
+def test_two_byte_find_agrees_with_a_scan(data, layout):
+    """A run's item by its two-byte low part: the item whose low part it is, never a match
+    straddling items or inside a ref or key (refs drawn to hold the same bytes)."""
+    kp, w = layout
+    lows = sorted(data.draw(st.sets(st.integers(0, 0xFFFF), max_size=40)))
+    items = []
+    for v in lows:
+        key = data.draw(st.binary(min_size=kp, max_size=kp))
+        ref = data.draw(st.one_of(st.binary(min_size=w - kp - 2, max_size=w - kp - 2),
+                                  st.sampled_from(lows or [0]).map(
+                                      lambda x: (x.to_bytes(2, "big") * w)[:w - kp - 2])))
+        items.append(key + v.to_bytes(2, "big") + ref)
+    buf = b"".join(items)
+    for v in set(lows) | set(data.draw(st.lists(st.integers(0, 0xFFFF), max_size=10))):
+        want = lows.index(v) if v in lows else -1
+        assert fewcells._find_two_byte(buf, w, kp, v) == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_payload_sections_decode_like_the_vectorized_reader(data):
+    """Records of payload sections (a count, the lengths, the bytes), each with its cells:
+    the plain-Python rows are :func:`read_section`'s and ``take_rows``' exactly."""
+    from encoders.formats.csr import take_rows
+    from encoders.formats.payloads import join_bytes, read_section
+    from encoders.formats.varint import varint_decode
+
+    n = data.draw(st.integers(1, 6))
+    pays = [data.draw(st.lists(st.binary(max_size=200), max_size=4)) for _ in range(n)]
+    cells = [sorted(data.draw(st.sets(st.integers(0, 1 << 40), min_size=1, max_size=5)))
+             for _ in range(n)]
+    tok = [t for p in pays for t in [len(p)] + [len(x) for x in p]]
+    toff = np.r_[0, np.cumsum([1 + len(p) for p in pays])].astype(np.int64)
+    raw = b"".join(x for p in pays for x in p)
+    raw_off = np.r_[0, np.cumsum([sum(map(len, p)) for p in pays])].astype(np.int64)
+    body, boff = join_bytes(np.array(tok, dtype=np.uint64), toff,
+                            (np.frombuffer(raw, np.uint8), raw_off))
+    recs = [body[boff[k]:boff[k + 1]].tobytes() for k in range(n)]
+    h = _Heap(recs)
+    assert fewcells.records(h.heap, [int(r) for r in h.refs]) == recs
+    (cv, co), (pv, po) = fewcells.payload_rows(cells, recs)
+    stops = np.zeros(len(body), dtype=bool)
+    nz = np.diff(boff) > 0
+    stops[boff[1:][nz] - 1] = True
+    t, ends = varint_decode(body, stops)
+    m, want = read_section(body, t, ends, np.searchsorted(ends, boff, side="left")[:-1])
+    assert pv.tolist() == want.values.tolist() and po.tolist() == want.offsets.tolist()
+    flat = np.array([c for cs in cells for c in cs], dtype=np.uint64)
+    coff = np.r_[0, np.cumsum([len(cs) for cs in cells])].astype(np.int64)
+    wv, wo = take_rows(flat, coff, np.repeat(np.arange(n), m))
+    assert cv.tolist() == wv.tolist() and co.tolist() == wo.tolist()
+    # a record too long for plain Python is left to the vectorized path
+    assert fewcells.payload_rows([[1]], [bytes([1, 0x80, 0x10]) + bytes(2048)]) is None
