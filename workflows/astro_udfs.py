@@ -759,19 +759,28 @@ def cr_lineage(cells: np.ndarray, paths: np.ndarray, masks: np.ndarray, shape: S
     return Ragged.from_lengths(lin.astype(np.uint64), np.bincount(rid, minlength=n))
 
 
-def _distinct_rows(at: np.ndarray) -> np.ndarray:
-    """The distinct rows of an ``(n, 2)`` int64 coordinate array (found through one
-    integer key per row over their bounding box: ``np.unique(axis=0)`` is far slower).
+def _box_union(centres: np.ndarray, radius: int, shape: Shape) -> np.ndarray:
+    """The sorted linear indices of the union of the ``(2 radius + 1)``-square boxes around
+    ``centres`` (``(n, 2)`` int64, possibly just outside the image), clipped to ``shape``.
 
-    >>> _distinct_rows(np.array([[3, -1], [0, 2], [3, -1]])).tolist()
-    [[0, 2], [3, -1]]
+    A box is a row interval swept down a column interval, so the union is drawn an axis at
+    a time with the repeats dropped in between: the centres of a cosmic ray's path overlap
+    so much that this sorts a few times the answer's cells instead of every box's.
+
+    >>> _box_union(np.array([[0, 0], [0, 1], [5, 5]]), 1, (4, 4)).tolist()
+    [0, 1, 2, 4, 5, 6]
     """
-    if len(at) < 2:
-        return at
-    lo = at.min(axis=0)
-    width = int(at[:, 1].max() - lo[1]) + 1
-    keys = unique((at[:, 0] - lo[0]) * width + (at[:, 1] - lo[1]))
-    return np.stack([keys // width + lo[0], keys % width + lo[1]], axis=1)
+    h, w = int(shape[0]), int(shape[1])
+    off = np.arange(-radius, radius + 1, dtype=np.int64)
+    ys = centres[:, 0, None] + np.zeros_like(off)
+    xs = centres[:, 1, None] + off
+    keep = (xs >= 0) & (xs < w) & (ys >= -radius) & (ys < h + radius)
+    # rows start at -radius: the key stays non-negative for centres above the image
+    rows = unique((ys[keep] + radius) * w + xs[keep])
+    ys = (rows // w - radius)[:, None] + off
+    xs = np.broadcast_to((rows % w)[:, None], ys.shape)
+    keep = (ys >= 0) & (ys < h)
+    return unique(ys[keep] * w + xs[keep])
 
 
 def _cr_pieces(cells: np.ndarray, paths: np.ndarray, masks: np.ndarray, shape: Shape,
@@ -797,10 +806,8 @@ def _cr_pieces(cells: np.ndarray, paths: np.ndarray, masks: np.ndarray, shape: S
                 continue
             boxes = box_neighbours(centre[moved], (int(radius),) * 2, shape)
             yield rows[moved][boxes.row_ids()], boxes.values.astype(np.int64)
-        if centres:  # each distinct centre once (a ray's pixels share many)
-            boxes = box_neighbours(_distinct_rows(np.concatenate(centres)),
-                                   (int(radius),) * 2, shape)
-            yield None, boxes.values.astype(np.int64)
+        if centres:
+            yield None, _box_union(np.concatenate(centres), int(radius), shape)
     rows = np.flatnonzero(has)
     if len(rows):
         bits = ((masks[rows, None].astype(np.int64) >> np.arange(25)[None, :]) & 1).astype(bool)

@@ -88,3 +88,19 @@ def test_the_checker_reads_payloads_with_the_batch_form_queries_use():
                                 modes=["COMP"])
     assert good.sound and good.mode("COMP").declared > bad.mode("COMP").declared
     assert not bad.sound
+
+
+@given(st.lists(st.tuples(st.integers(-8, SHAPE[0] + 7), st.integers(-8, SHAPE[1] + 7)),
+                max_size=30), st.integers(0, 6))
+@settings(max_examples=200, deadline=None)
+def test_box_union_is_every_box_painted(centres, radius):
+    """The union of a path's boxes, drawn an axis at a time: every box painted on a mask,
+    centres inside, on and beyond the border."""
+    from workflows.astro_udfs import _box_union
+
+    at = np.array(centres, dtype=np.int64).reshape(-1, 2)
+    mask = np.zeros(SHAPE, dtype=bool)
+    for y, x in centres:
+        mask[max(0, y - radius):max(0, y + radius + 1),
+             max(0, x - radius):max(0, x + radius + 1)] = True
+    assert _box_union(at, radius, SHAPE).tolist() == np.flatnonzero(mask).tolist()
