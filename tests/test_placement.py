@@ -364,3 +364,32 @@ def test_bad_imports_are_one_line_naming_the_operator_and_the_value(bad):
     with pytest.raises(WorkflowError, match=r"operator 'p' \(Op\): imports must be module "
                        r"names .* got " + repr(bad).replace("(", r"\(").replace(")", r"\)")):
         op.bind("p", [(2, 2)], ["float64"])
+
+
+class _Frozen(UDF):
+    """Each cell: how many objects this process's garbage collector has frozen."""
+
+    n_inputs = 1
+
+    def output_dtype(self, in_dtypes):
+        return np.dtype("int64")
+
+    def run(self, ctx, x):
+        import gc
+
+        return np.full(x.shape, gc.get_freeze_count(), dtype=np.int64)
+
+
+@pytest.mark.spark
+def test_spark_workers_freeze_their_imports_and_the_driver_does_not(spark, home):
+    """A Spark worker's first task freezes the objects its imports made (out of the garbage
+    collector's full collections); a run in the driver's own process freezes nothing."""
+    import gc
+
+    wf = Workflow("freeze")  # a stage large enough for Spark's tasks
+    wf.input("a", (64, 64), source=lambda: np.zeros((64, 64)))
+    wf.add("f", _Frozen(), "a")
+    res = run_workflow(wf, home, strategy="blackbox", spark=spark)
+    assert Run(load_run(home, res.run)).array("f").min() > 10_000
+    res = run_workflow(wf, home, strategy="blackbox", where="driver")
+    assert Run(load_run(home, res.run)).array("f").max() == 0 == gc.get_freeze_count()

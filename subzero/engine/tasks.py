@@ -17,6 +17,7 @@ import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -26,6 +27,7 @@ from encoders.sink import write_shard
 from subzero.cells import Box
 from subzero.chunking import chunk_key
 from subzero.engine import arrays, layout
+from subzero.engine.heap import freeze_worker_objects
 from subzero.errors import DamagedError, SubZeroError, WorkflowError
 from subzero.lineage import PairBatch
 from subzero.modes import Mode, Strategy
@@ -444,7 +446,14 @@ def _run(fn: Callable[[Any], Any], jobs: Sequence[Any], spark: Any | None, label
         return [fn(j) for j in jobs]
     sc = spark.sparkContext
     sc.setJobDescription(label)
-    return sc.parallelize(list(jobs), len(jobs)).map(fn).collect()
+    return sc.parallelize(list(jobs), len(jobs)).map(partial(_on_worker, fn)).collect()
+
+
+def _on_worker(fn: Callable[[Any], Any], job: Any) -> Any:
+    """``fn(job)`` in a Spark worker, the objects its imports made frozen first
+    (:func:`subzero.engine.heap.freeze_worker_objects`)."""
+    freeze_worker_objects()
+    return fn(job)
 
 
 def make_jobs(home: Path, rid: str, op: Operator, in_paths: Sequence[Path],
