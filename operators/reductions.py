@@ -195,7 +195,9 @@ class Reduce(MappingOperator):
         # the reduced block is the chunk (size 1 on reduced axes: broadcast to the chunk)
         r = reduce(x, self.func, self._axes, self.keepdims,
                    None if self.dtype is None else self.out_dtype)
-        return np.broadcast_to(r, ctx.chunk.out_box.shape).copy() if self.broadcast else r
+        # broadcast: a read-only view, which the writer copies a chunk at a time (a global
+        # mean at 64x would otherwise fill 525 MB of fresh memory before writing any)
+        return np.broadcast_to(r, ctx.chunk.out_box.shape) if self.broadcast else r
 
     # -- lineage ---------------------------------------------------------------------------
     def _kept_mask_from_out(self, frontier_out: np.ndarray) -> np.ndarray:
