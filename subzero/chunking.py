@@ -6,7 +6,9 @@ A :class:`Chunking` policy gives the chunk shape of every array of a run:
   (``split=1`` is one task per operator; tests use 1, 2 and 7 to check halos);
 - ``chunks=(r, c)``: that chunk shape for every array of that rank (clipped to the array);
 - by default, whole rows cut into ``tasks`` chunks (the Spark session's default
-  parallelism, so one wave of tasks keeps every core busy), more when a chunk would exceed
+  parallelism, so one wave of tasks keeps every core busy; fewer when the workflow has
+  independent parts, such as a visit's CCDs, that keep the cores busy together: see
+  :func:`subzero.engine.runner.default_tasks`), more when a chunk would exceed
   ``max_cells``. PySpark costs tens of milliseconds per task, so fewer, larger tasks win
   for a run; queries re-execute finer boxes of their own (see
   :func:`subzero.engine.reexec.reexecute`).

@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from subzero.cells import Box
+from subzero.cells import Box, size_of
 from subzero.errors import ModeError, ShapeError, StoreError, WorkflowError
 from subzero.modes import (
     BLACKBOX, COMP_MANY_BWD, COMP_ONE_BWD, FULL_MANY_BWD, FULL_ONE_BWD, FULL_ONE_FWD, MAP,
@@ -266,6 +266,37 @@ class Workflow:
         if name in self.ops:
             return self.ops[name].out_shape
         raise WorkflowError(f"workflow {self.name!r} has no array {name!r}")
+
+    def parts(self) -> list[list[str]]:
+        """The workflow's independent parts: its operators grouped by connection (an
+        operator reading another's output joins its part; inputs, which parts may share,
+        such as a visit's calibration frames, join none), largest first by output cells.
+
+        >>> wf = Workflow("w"); _ = wf.input("x", (4,)); _ = wf.input("y", (2,))
+        >>> from operators.elementwise import Unary
+        >>> for a, b, src in (("a", "b", "x"), ("c", "d", "y")):
+        ...     _ = wf.add(a, Unary("negative"), src); _ = wf.add(b, Unary("negative"), a)
+        >>> wf.parts()
+        [['a', 'b'], ['c', 'd']]
+        """
+        self.validate()
+        root = {n: n for n in self.order}
+
+        def find(n: str) -> str:
+            while root[n] != n:
+                root[n] = root[root[n]]
+                n = root[n]
+            return n
+
+        for n in self.order:
+            for src in self.nodes[n].inputs:
+                if src in self.nodes:
+                    root[find(src)] = find(n)
+        groups: dict[str, list[str]] = {}
+        for n in self.order:
+            groups.setdefault(find(n), []).append(n)
+        return sorted(groups.values(), key=lambda g: -sum(size_of(self.ops[n].out_shape)
+                                                          for n in g))
 
     def producers(self) -> dict[str, str | None]:
         return {**{n: None for n in self.inputs}, **{n: n for n in self.nodes}}

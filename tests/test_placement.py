@@ -282,6 +282,7 @@ import sys, tempfile
 import numpy as np
 sys.path.insert(0, '.')
 from subzero.engine.runner import run_workflow
+from subzero.chunking import Chunking
 from subzero.workflow import Workflow
 from subzero.api import Run
 from subzero.engine.runs import load_run
@@ -290,8 +291,9 @@ home = tempfile.mkdtemp()
 wf = Workflow('heap')
 wf.input('a', (2, 2), source=lambda: np.zeros((2, 2)))
 wf.add('p', _HeapProbe(), 'a')
-wf.add('q', _HeapProbe(96), 'a')
-res = run_workflow(wf, home, strategy='blackbox', where='driver')
+wf.add('q', _HeapProbe(96), 'p')
+# one task each, q after p: each probe alone in the process while it measures
+res = run_workflow(wf, home, strategy='blackbox', where='driver', chunking=Chunking(split=1))
 run = Run(load_run(home, res.run))
 print(int(run.array('p')[0, 0]), int(run.array('q')[0, 0]), _mapped_by(48 << 20))
 """
@@ -393,3 +395,22 @@ def test_spark_workers_freeze_their_imports_and_the_driver_does_not(spark, home)
     assert Run(load_run(home, res.run)).array("f").min() > 10_000
     res = run_workflow(wf, home, strategy="blackbox", where="driver")
     assert Run(load_run(home, res.run)).array("f").max() == 0 == gc.get_freeze_count()
+
+
+def test_default_chunking_gives_the_cores_to_a_visits_ccds():
+    """Under the default chunking, a visit's CCDs (independent parts of one workflow) run
+    one chunk per array once there are as many as cores; one CCD, or a part holding most
+    of the cells beside a small one, still gets a chunk per core."""
+    from operators.elementwise import Unary
+    from subzero.engine.runner import default_tasks
+
+    assert default_tasks(astronomy.build(shape=(40, 24)), 2) == 2
+    assert default_tasks(astronomy.build(shape=(40, 24), ccds=2), 2) == 1
+    assert default_tasks(astronomy.build(shape=(40, 24), ccds=4), 8) == 2
+    wf = Workflow("uneven")
+    wf.input("big", (100, 100))
+    wf.input("small", (2, 2))
+    wf.add("a", Unary("negative"), "big")
+    wf.add("b", Unary("negative"), "small")
+    assert [sorted(p) for p in wf.parts()] == [["a"], ["b"]]
+    assert default_tasks(wf, 2) == 2

@@ -28,6 +28,7 @@ stderr is not a terminal, the operators done so far (on a terminal, a progress b
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import pickle
 import resource
@@ -733,7 +734,7 @@ def run_workflow(
         if plan is None:
             _say_stores_nothing(wf, strategy, resolved, notify)
     if chunking.is_default:
-        chunking = chunking.with_tasks(cores)
+        chunking = chunking.with_tasks(default_tasks(wf, cores))
     if workers is None:
         workers = 1 if max_disk is not None else max(2, cores)
     stages = plan_stages(wf, set(sources), chunking.chunk_shape, fuse=fuse)
@@ -777,6 +778,24 @@ def run_workflow(
         if bar is not None:
             bar.close()
         cat.close()
+
+
+def default_tasks(wf: Workflow, cores: int) -> int:
+    """Chunks per array under the default chunking: enough that the workflow's largest
+    independent part (:meth:`~subzero.workflow.Workflow.parts`) keeps its share of the
+    cores busy. A visit's CCDs are parts: with as many CCDs as cores or more, one chunk
+    per array (up to the chunking's cell limit) halves the tasks, chunk files and shards
+    of two (16 CCDs, black box: 5.22 -> 4.43 s, subzero 6.71 -> 5.36 s; four alternating
+    pairs), where one part alone gets a chunk per core.
+
+    >>> wf = Workflow("w"); _ = wf.input("x", (4,)); _ = wf.input("y", (4,))
+    >>> from operators.elementwise import Unary
+    >>> _ = wf.add("a", Unary("negative"), "x"); _ = wf.add("b", Unary("negative"), "y")
+    >>> default_tasks(wf, 2), default_tasks(wf, 4)
+    (1, 2)
+    """
+    cells = [sum(size_of(wf.ops[n].out_shape) for n in part) for part in wf.parts()]
+    return max(1, math.ceil(cores * cells[0] / max(1, sum(cells))))
 
 
 def _import_kernels(wf: Workflow) -> None:
