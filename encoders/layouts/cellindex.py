@@ -133,7 +133,7 @@ def build_heap(values: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.
     return heap, hoff[:-1]
 
 
-def record_span(heap: memoryview, ref: int) -> tuple[int, int]:
+def record_span(heap: memoryview | bytes, ref: int) -> tuple[int, int]:
     """``(start, length)`` of the record at byte offset ``ref`` of a heap (after its
     varint length prefix)."""
     n, shift = 0, 0

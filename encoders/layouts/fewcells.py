@@ -131,18 +131,6 @@ def records(heap: np.ndarray, refs: Sequence[int]) -> list[bytes]:
     return out
 
 
-def _varint(b: bytes, p: int) -> tuple[int, int]:
-    """The LEB128 varint at ``b[p]``: ``(value, position after it)``."""
-    v, shift = 0, 0
-    while True:
-        x = b[p]
-        p += 1
-        v |= (x & 0x7F) << shift
-        if x < 0x80:
-            return v, p
-        shift += 7
-
-
 def payload_rows(cells: Sequence[Sequence[int]], recs: Sequence[bytes]
                  ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None:
     """The payload pairs of records holding a payload section each (:mod:`encoders.formats.
@@ -157,10 +145,10 @@ def payload_rows(cells: Sequence[Sequence[int]], recs: Sequence[bytes]
     for cs, rec in zip(cells, recs):
         if len(rec) > MAX_RECORD:
             return None
-        m, p = _varint(rec, 0)
+        p, m = record_span(rec, 0)  # a varint: the count, then each length
         lens = []
         for _ in range(m):
-            n, p = _varint(rec, p)
+            p, n = record_span(rec, p)
             lens.append(n)
         for n in lens:
             pays.append(rec[p:p + n])
