@@ -217,3 +217,25 @@ def test_solve_matches_brute_force_and_the_per_strategy_formulation(inst):
     assert ref.query_cost == pytest.approx(best, abs=1e-6)
     # pruning never changes the optimum (no operator here has mapping functions)
     assert solve(ops, max_disk, max_over).query_cost == pytest.approx(best, abs=1e-6)
+
+
+def test_cbc_preprocessing_does_not_settle_for_a_worse_plan():
+    """The instance hypothesis found: CBC 2.10.3's preprocessing fixed a selector and
+    reported the plan costing 15.5 as optimal; the best (op0 stores full-one-bwd within the
+    disk budget, op1 re-executes) costs 8.5."""
+    bb = Option("blackbox")
+    op0 = OpChoices("op0", [bb, Option("full-one-bwd", "FULL", "backward", 3.0, 0.0,
+                                       {"backward": 1.0, "forward": 1.0}),
+                            Option("pay-one-bwd", "PAY", "backward", 0.0, 0.0,
+                                   {"backward": 1.0, "forward": 1.0})],
+                    {"FULL": 0.0, "PAY": 2.0, "COMP": 0.0}, {"backward": 0.5, "forward": 0.5},
+                    {"backward": 15.0, "forward": 15.0})
+    op1 = OpChoices("op1", [bb, Option("full-one-bwd", "FULL", "backward", 2.0, 0.0,
+                                       {"forward": 1.0}),
+                            Option("full-many-fwd", "FULL", "forward", 0.0, 1.0,
+                                   {"forward": 1.0})],
+                    {"FULL": 1.0, "PAY": 0.0, "COMP": 0.0}, {"backward": 0.0, "forward": 0.5},
+                    {"backward": 15.0, "forward": 15.0})
+    sol = solve([op0, op1], 4.0, 1.0, do_prune=False)
+    assert sol.plan == {"op0": ["full-one-bwd"], "op1": ["blackbox"]}
+    assert sol.query_cost == pytest.approx(8.5)
