@@ -18,6 +18,7 @@ the strategy optimizer reads them), else the operator's own stage time.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,21 @@ SPARK_REEXEC_MIN_S = 1.0
 REEXEC_KEY = "reexec"
 
 Option = tuple[str, Strategy | None]  # ("map" | "stored" | "reexec", stored strategy)
+
+
+def _payloads_met(n: int, keyed: int, records: int) -> int:
+    """The distinct payloads a backward step of ``n`` frontier cells is expected to map
+    (one ``map_p`` call each), of ``records`` shared by ``keyed`` output cells: a payload
+    names a region (a star, a cosmic ray's pixels), and a frontier drawn from such regions
+    meets about one per region's worth of cells. The estimate may fall short for cells
+    scattered over many regions; a stored read then has the re-execution estimate as its
+    deadline, and falls back to re-executing once it is spent.
+
+    >>> _payloads_met(608, 5973, 310), _payloads_met(10, 5973, 310), _payloads_met(5, 10, 10)
+    (32, 1, 5)
+    """
+    per = max(1.0, keyed / max(1, records))
+    return int(min(records, max(1, math.ceil(n / per))))
 
 
 class MethodChoice:
@@ -129,6 +145,8 @@ class MethodChoice:
             else:
                 key = (op.name, option[1].name)
                 shards = args[2] if touched is None else min(args[2], touched)
+                if args[1] and backward and args[6] is not None and args[6] > 1:
+                    args = args[:6] + (_payloads_met(n_in, args[4], args[6]),) + args[7:]
                 unopened = self.readers.unopened(key, self.shards[key])
                 costs.append(fixed + c.stored_cost(args[0], args[1], not backward, n_in,
                                                    shards, *args[3:])
