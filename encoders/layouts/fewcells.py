@@ -121,14 +121,7 @@ def _find_two_byte(buf: bytes, w: int, kp: int, v: int) -> int:
 def records(heap: np.ndarray, refs: Sequence[int]) -> list[bytes]:
     """The records at byte offsets ``refs`` of a record heap, as bytes (in ``refs`` order)."""
     view = memoryview(heap)
-    out = []
-    for ref in refs:
-        n = view[ref]
-        start = ref + 1
-        if n >= 0x80:
-            start, n = record_span(view, ref)
-        out.append(bytes(view[start:start + n]))
-    return out
+    return [bytes(view[a:a + n]) for a, n in (record_span(view, ref) for ref in refs)]
 
 
 def payload_rows(cells: Sequence[Sequence[int]], recs: Sequence[bytes]
@@ -138,7 +131,9 @@ def payload_rows(cells: Sequence[Sequence[int]], recs: Sequence[bytes]
     paired with the cells ``cells`` gives it: ``((cells, offsets), (payload bytes,
     offsets))``, one row per payload in record order, as :func:`~encoders.formats.payloads.
     read_section` and ``take_rows`` give them. None when a record is too long for plain
-    Python (:data:`MAX_RECORD`)."""
+    Python (:data:`MAX_RECORD`); a record whose payloads do not end where it does is
+    garbled (ValueError, which a query step reports as damage, as the vectorized path's
+    errors)."""
     out: list[int] = []
     out_len: list[int] = []
     pays: list[bytes] = []
@@ -150,6 +145,8 @@ def payload_rows(cells: Sequence[Sequence[int]], recs: Sequence[bytes]
         for _ in range(m):
             p, n = record_span(rec, p)
             lens.append(n)
+        if p + sum(lens) != len(rec):
+            raise ValueError(f"a payload record of {len(rec)} bytes holds {p + sum(lens)}")
         for n in lens:
             pays.append(rec[p:p + n])
             p += n

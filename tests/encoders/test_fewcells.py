@@ -129,3 +129,17 @@ def test_payload_sections_decode_like_the_vectorized_reader(data):
     assert cv.tolist() == wv.tolist() and co.tolist() == wo.tolist()
     # a record too long for plain Python is left to the vectorized path
     assert fewcells.payload_rows([[1]], [bytes([1, 0x80, 0x10]) + bytes(2048)]) is None
+
+
+def test_a_garbled_payload_record_is_an_error_not_a_short_payload():
+    """A record whose payload bytes are cut short, or run on past its payloads, raises
+    (a query names the shard damaged) instead of answering with a truncated payload."""
+    import pytest
+
+    good = bytes([1, 3]) + b"abc"  # one payload of 3 bytes
+    assert fewcells.payload_rows([[7]], [good])[1][0].tobytes() == b"abc"
+    for bad in (good[:-1], good + b"x"):
+        with pytest.raises(ValueError, match="payload record of"):
+            fewcells.payload_rows([[7]], [bad])
+    with pytest.raises(IndexError):  # a length missing: the varints run out
+        fewcells.payload_rows([[7]], [bytes([2, 3])])
