@@ -27,6 +27,7 @@ from encoders.base import EncodedShard, Encoding, ShardData, check_deadline
 from encoders.formats.codec import (add_anchors, decode_sets, scatter_lists, set_token_count,
                                     set_tokens)
 from encoders.formats.csr import (
+    compact_ids,
     interleave,
     offsets_from_lengths,
     segment_any,
@@ -83,7 +84,7 @@ def side_records(g: KeyGroups, val_shapes: Sequence[Sequence[int]], relative: Se
     if any(relative):
         rows, key_rec, anchors = g.src, np.arange(len(g.keys), dtype=np.int64), g.keys
     else:
-        rows, key_rec, _ = uniq_inverse(g.src)
+        rows, key_rec = compact_ids(g.src, int(g.src.max()) + 1 if len(g.src) else 0)
         anchors = None
     parts = []
     for v, shp, rel in zip(g.values, val_shapes, relative):

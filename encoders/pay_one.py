@@ -19,7 +19,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from encoders.base import EncodedShard, Encoding, ShardData, check_deadline
-from encoders.formats.csr import run_starts, take_rows, uniq_inverse
+from encoders.formats.csr import compact_ids, run_starts, take_rows
 from encoders.formats.hashing import dedup_rows
 from encoders.formats.payloads import join_bytes, payload_ids, read_section, section_tokens
 from encoders.layouts import cellindex, fewcells
@@ -85,10 +85,13 @@ class PayOne(Encoding):
         pid, first = payload_ids(pairs.payload)
         g = group_keys(pairs.out, [Ragged.from_singletons(pid.astype(np.uint64))])
         ext = g.values[0]
-        # one record per distinct payload list; keys share them
-        rinv, rfirst = dedup_rows(ext.values, ext.offsets)
-        key_list = rinv[g.src]
-        used, key_rec, _ = uniq_inverse(key_list)
+        # one record per distinct payload list; keys share them. Without colliding keys
+        # every list is one pair's payload: its payload id numbers it already
+        if g.collisions:
+            rinv, rfirst = dedup_rows(ext.values, ext.offsets)
+        else:
+            rinv, rfirst = pid, first
+        used, key_rec = compact_ids(rinv[g.src], len(rfirst))
         lv, lo = take_rows(ext.values, ext.offsets, rfirst[used])
         (tok, toff), raw = section_tokens(lv, lo, pairs.payload, first)
         body, boff = join_bytes(tok, toff, raw)

@@ -312,6 +312,7 @@ class LACosmic:
     grow1: np.ndarray
     s: np.ndarray  # S = L+ / 2N where computed, 0 elsewhere
     gated: np.ndarray | None = None  # x > gate: the pixels that may be flagged
+    noise: np.ndarray | None = None  # N where S was computed, 0 elsewhere
 
 
 def lacosmic(x: np.ndarray, gain: float = 2.2, readnoise: float = 10.0, sigclip: float = 5.0,
@@ -358,7 +359,7 @@ def lacosmic(x: np.ndarray, gain: float = 2.2, readnoise: float = 10.0, sigclip:
     cand, grow1, mask = (np.zeros(size, dtype=bool) for _ in range(3))
     cand[cand_at] = grow1[grow1_at] = mask[grow_at] = True
     return LACosmic(mask.reshape(shape), sp.reshape(shape), cand.reshape(shape),
-                    grow1.reshape(shape), s.reshape(shape), gated)
+                    grow1.reshape(shape), s.reshape(shape), gated, noise.reshape(shape))
 
 
 def remove_cosmic_rays(image: np.ndarray, mask: np.ndarray, radius: int = RMCR_RADIUS
@@ -450,8 +451,10 @@ def star_pixels(labels: np.ndarray) -> tuple[np.ndarray, Ragged]:
 def _stars(pix: np.ndarray, lab_of: np.ndarray) -> tuple[np.ndarray, Ragged]:
     """:func:`star_pixels` from the star pixels ``pix`` (ascending) and their labels."""
     order = np.argsort(lab_of, kind="stable")
-    ids, counts = np.unique(lab_of, return_counts=True)
-    return ids, Ragged.from_lengths(pix[order].astype(np.uint64), counts)
+    sl = lab_of[order]  # the sort gives the labels and counts too (np.unique sorts again)
+    starts = np.flatnonzero(np.concatenate(([True], sl[1:] != sl[:-1])))
+    return sl[starts], Ragged.from_lengths(pix[order].astype(np.uint64),
+                                           np.diff(np.append(starts, len(sl))))
 
 
 def _neighbourhood_offsets(ndim: int) -> np.ndarray:
@@ -492,17 +495,19 @@ def encode_stars(pixels: Ragged, shape: Shape) -> Ragged:
     n = len(pixels)
     if n == 0:
         return Ragged.empty(dtype=np.uint8)
-    coords = to_coords(pixels.values, shape)
-    rid = pixels.row_ids()
+    # an axis at a time, in 1-d arrays: (n, ndim) arithmetic and its row sums took 3x
+    cols = np.unravel_index(np.asarray(pixels.values, dtype=np.int64), shape)
     starts = pixels.offsets[:-1]
-    lo = np.minimum.reduceat(coords, starts, axis=0)
-    ext = np.maximum.reduceat(coords, starts, axis=0) + 1 - lo
+    counts = pixels.lengths
+    lo = np.stack([np.minimum.reduceat(c, starts) for c in cols], axis=1)
+    ext = np.stack([np.maximum.reduceat(c, starts) for c in cols], axis=1) + 1 - lo
     # position of each pixel inside its star's box, C order
-    rel = coords - lo[rid]
-    box_strides = np.ones((n, nd), dtype=np.int64)
-    for d in range(nd - 2, -1, -1):
-        box_strides[:, d] = box_strides[:, d + 1] * ext[:, d + 1]
-    local = (rel * box_strides[rid]).sum(axis=1)
+    local = np.zeros(len(cols[0]), dtype=np.int64)
+    for d, c in enumerate(cols):
+        if d:
+            local *= np.repeat(ext[:, d], counts)
+        local += c - np.repeat(lo[:, d], counts)
+    rid = pixels.row_ids()
     nbytes = (np.prod(ext, axis=1) + 7) // 8
     byte_off = np.concatenate([[0], np.cumsum(nbytes)[:-1]])
     bits = np.zeros(int(nbytes.sum()) * 8, dtype=np.uint8)
@@ -607,16 +612,21 @@ def _first_step(mask: np.ndarray, cy: np.ndarray, cx: np.ndarray,
                 above: float | None = None) -> np.ndarray:
     """Per cell ``(cy, cx)``, the code of the nearest 3x3 neighbour (itself first) where
     ``mask`` holds (with ``above``: where ``mask``, then an array of values, is above it;
-    compared at the neighbours only, not over the whole image), or -1."""
+    compared at the neighbours only, not over the whole image), or -1.
+
+    The steps are tried farthest first, each overwriting the code where it hits, so the
+    nearest hit stays; a neighbour beyond the border is clamped into the image, onto a
+    nearer step of the same cell (a diagonal onto a side or the cell, a side onto the
+    cell), which overwrites whatever it hit: no bounds masks, one flat gather a step."""
     h, w = mask.shape
+    flat = mask.reshape(-1)
+    cy, cx = np.asarray(cy, dtype=np.int64), np.asarray(cx, dtype=np.int64)
+    rows = {d: np.clip(cy + d, 0, h - 1) * w for d in (-1, 0, 1)}
+    cols = {d: np.clip(cx + d, 0, w - 1) for d in (-1, 0, 1)}
     code = np.full(len(cy), -1, dtype=np.int64)
-    for dy, dx in _STEPS:
-        yy, xx = cy + dy, cx + dx
-        todo = (code < 0) & (yy >= 0) & (yy < h) & (xx >= 0) & (xx < w)
-        got = mask[yy[todo], xx[todo]]
-        hit = np.zeros(len(cy), dtype=bool)
-        hit[todo] = got if above is None else got > above
-        code[hit] = (dy + 1) * 3 + (dx + 1)
+    for dy, dx in reversed(_STEPS):
+        got = flat[rows[dy] + cols[dx]]
+        code[got if above is None else got > above] = (dy + 1) * 3 + (dx + 1)
     return code
 
 
@@ -639,8 +649,9 @@ def cr_paths(det: LACosmic, cy: np.ndarray, cx: np.ndarray, sigclip: float,
     n = len(cy)
     out = np.zeros((n, 3), dtype=np.uint8)
     out[:, 1:] = _STAY
-    flagged = det.mask[cy, cx]
-    low = ~flagged & (det.sp[cy, cx] <= sigclip * sigfrac)
+    lin = np.asarray(cy, dtype=np.int64) * det.mask.shape[1] + cx  # flat gathers: 3x faster
+    flagged = det.mask.reshape(-1)[lin]
+    low = ~flagged & (det.sp.reshape(-1)[lin] <= sigclip * sigfrac)
     calm = np.zeros(n, dtype=bool)
     rest = np.flatnonzero(~flagged & ~low)  # only these can be calm
     calm[rest] = _first_step(det.sp, cy[rest], cx[rest], above=sigclip) < 0
@@ -681,14 +692,18 @@ def cr_cell_masks(det: LACosmic, x: np.ndarray, cy: np.ndarray, cx: np.ndarray, 
     n = len(cy)
     masks = np.zeros(n, dtype=np.uint32)
     limit = sigclip * sigfrac
-    rejected = ~det.mask[cy, cx]
     lin = cy.astype(np.int64) * x.shape[1] + cx
+    rejected = ~det.mask.reshape(-1)[lin]
     lp = np.zeros(n)
-    lp[rejected] = _laplacian_plus(x, lin[rejected])
+    if det.noise is not None:  # L+ = 2NS as lacosmic had it (2 gathers, not 5; rounding
+        at = lin[rejected]     # is far inside the test's 1e-9 margin)
+        lp[rejected] = 2.0 * det.s.reshape(-1)[at] * det.noise.reshape(-1)[at]
+    else:
+        lp[rejected] = _laplacian_plus(x, lin[rejected])
     floor = np.sqrt(gain * 1e-5 + readnoise * readnoise) / gain
     cross = rejected & (lp / (2.0 * floor) < limit * (1.0 - 1e-9))
     masks[cross] = _CROSS_BITS
-    window = rejected & ~cross & (det.s[cy, cx] <= limit)
+    window = rejected & ~cross & (det.s.reshape(-1)[lin] <= limit)
     if window.any():
         centres = lin[window]
         win, _ = _windows(centres, x.shape, 2, "mirror")

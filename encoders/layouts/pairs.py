@@ -78,20 +78,28 @@ def pair_stats(batch: PairBatch | None) -> dict[str, Any]:
     return st
 
 
+DIGEST_PREFIX = "sha256:"
+
+
 def pairs_digest(batch: PairBatch | None) -> str:
     """A digest of the pairs of a canonical ``batch`` (None or empty: no pairs), equal for
     equal pairs in equal order: a shard records the digest of what it stores, so a what-if
     replay recomputing a chunk whose lineage came out the same shares the parent's shard
-    instead of encoding and writing it again (BLAKE2b, 128 bits: a false match would
-    silently change an answer, so no short checksum).
+    instead of encoding and writing it again (SHA-256, 128 bits of it: a false match would
+    silently change an answer, so no short checksum; with the CPU's SHA instructions twice
+    as fast as BLAKE2b, 0.7 against 1.4 ms for a 16x ``cr`` shard's 1.3 MB of pairs). The
+    digest names its hash (``sha256:``); a shard written with BLAKE2b before records a bare
+    hex digest, which no new digest equals, so its chunk is simply stored again.
 
     >>> b = PairBatch(Ragged.from_rows([[1], [2, 3]]), payload=Ragged.from_rows([[7], [8]]))
     >>> pairs_digest(b) == pairs_digest(canonical(b)) != pairs_digest(None)
     True
+    >>> pairs_digest(b)[:7], len(pairs_digest(b))
+    ('sha256:', 39)
     """
-    h = hashlib.blake2b(digest_size=16)
+    h = hashlib.sha256()
     if batch is None or len(batch) == 0:
-        return h.hexdigest()
+        return DIGEST_PREFIX + h.hexdigest()[:32]
     sides = [(batch.out, np.uint64)]
     if batch.is_payload:
         sides.append((batch.payload, np.uint8))
@@ -103,7 +111,7 @@ def pairs_digest(batch: PairBatch | None) -> str:
         h.update(np.int64(len(offsets)).tobytes())
         h.update(offsets)
         h.update(np.ascontiguousarray(r.values, dtype=dtype))
-    return h.hexdigest()
+    return DIGEST_PREFIX + h.hexdigest()[:32]
 
 
 @dataclass
@@ -127,6 +135,10 @@ def group_keys(key_side: Ragged, value_sides: Sequence[Ragged]) -> KeyGroups:
     kv = np.asarray(key_side.values, dtype=np.uint64)
     kp = row_ids(np.asarray(key_side.offsets, dtype=np.int64))
     n_pairs = len(key_side)
+    values = [Ragged(np.asarray(v.values, dtype=np.uint64), np.asarray(v.offsets, np.int64))
+              for v in value_sides]
+    if len(kv) < 2 or bool((kv[1:] > kv[:-1]).all()):  # sorted, no key twice (a mask's)
+        return KeyGroups(kv, kp, values, 0)
     order = np.argsort(kv, kind="stable")
     sk, sp = kv[order], kp[order]
     first = np.ones(len(sk), dtype=bool)
@@ -136,8 +148,6 @@ def group_keys(key_side: Ragged, value_sides: Sequence[Ragged]) -> KeyGroups:
     counts = np.diff(np.append(starts, len(sk)))
     src = sp[starts].astype(np.int64)
     multi = np.flatnonzero(counts > 1)
-    values = [Ragged(np.asarray(v.values, dtype=np.uint64), np.asarray(v.offsets, np.int64))
-              for v in value_sides]
     if len(multi):
         # incidences (collision index, pair) of every colliding key
         inc_owner = np.repeat(np.arange(len(multi), dtype=np.int64), counts[multi])

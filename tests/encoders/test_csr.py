@@ -41,3 +41,14 @@ def test_uniq_matches_numpy(n):
     assert csr.uniq(x).tolist() == np.unique(x).tolist()
     u, inv, first = csr.uniq_inverse(x)
     assert (u[inv] == x).all() and (x[first] == u).all()
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 300])
+def test_compact_ids_is_uniq_inverse(n):
+    """Marking the ids seen gives the distinct values and inverse a sort gives."""
+    rng = np.random.default_rng(n)
+    for bound in (1, 5, 1000):
+        x = rng.integers(0, bound, n)
+        u, inv = csr.compact_ids(x, bound)
+        want_u, want_inv, _ = csr.uniq_inverse(x)
+        assert u.tolist() == want_u.tolist() and inv.tolist() == want_inv.tolist()

@@ -261,3 +261,53 @@ def test_sparse_keys_take_longer_runs_and_fewer_bytes(tmp_path):
             st = write_shard(tmp_path / str(b), "full-one-bwd", pairs, shape, [shape])
         sizes[b] = st["data_bytes"]
     assert sizes[bits] < 0.75 * sizes[8]
+
+
+@pytest.mark.parametrize("ndim", [1, 2, 3, 4])
+def test_lin_range_box_is_the_coordinates_range(ndim):
+    """A key space's range and box are those of the keys' coordinates (any order, repeats,
+    one row or several, every dimension up to 4)."""
+    from encoders.layouts.keyspace import coords, lin_range_box
+
+    rng = np.random.default_rng(ndim)
+    for _ in range(300):
+        shape = tuple(int(n) for n in rng.integers(1, 9, ndim))
+        size = int(np.prod(shape))
+        lo = int(rng.integers(0, size))
+        hi = lo + 1 + int(rng.integers(0, size - lo))
+        keys = rng.integers(lo, hi, int(rng.integers(1, 12))).astype(np.uint64)
+        c = coords(keys, shape)[:, :ndim]
+        want = {"count": len(keys), "lin": [int(keys.min()), int(keys.max())],
+                "lo": c.min(axis=0).tolist(), "hi": (c.max(axis=0) + 1).tolist()}
+        assert lin_range_box(keys, shape) == want
+    assert lin_range_box(np.zeros(0, np.uint64), (3, 4)) == {"count": 0}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_group_keys_is_the_union_per_key(seed):
+    """Every key cell gets the union of the value sets of the pairs holding it, whether
+    the keys come sorted and distinct (a mask's cells, taken as they are), unsorted, or
+    colliding."""
+    from encoders.layouts.pairs import group_keys
+
+    rng = np.random.default_rng(seed)
+    for kind in ("sorted", "shuffled", "colliding"):
+        n = int(rng.integers(1, 40))
+        if kind == "colliding":
+            rows = [np.unique(rng.integers(0, 30, int(rng.integers(1, 5)))) for _ in range(n)]
+        else:
+            cells = np.sort(rng.choice(1000, n, replace=False))
+            rows = [np.array([c]) for c in (cells if kind == "sorted" else rng.permutation(cells))]
+        vals = [np.unique(rng.integers(0, 50, int(rng.integers(1, 4)))) for _ in range(n)]
+        key_side = Ragged.from_rows([r.astype(np.uint64) for r in rows], np.uint64)
+        g = group_keys(key_side, [Ragged.from_rows([v.astype(np.uint64) for v in vals],
+                                                   np.uint64)])
+        want: dict[int, set] = {}
+        for r, v in zip(rows, vals):
+            for c in r.tolist():
+                want.setdefault(c, set()).update(v.tolist())
+        assert g.keys.tolist() == sorted(want)
+        got = g.values[0]
+        for k, src in zip(g.keys.tolist(), g.src.tolist()):
+            assert set(got.values[got.offsets[src]:got.offsets[src + 1]].tolist()) == want[k]
+        assert g.collisions == sum(1 for k in want if sum(k in r for r in rows) > 1)

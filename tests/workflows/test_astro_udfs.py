@@ -724,3 +724,29 @@ def test_queries_agree_across_stored_strategies_and_reexecution(spark, tmp_path)
         assert any(m.startswith("stored:") for m in used), used
     for q in runs.values():
         q.close()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_first_step_is_the_nearest_neighbour_that_holds(seed):
+    """Per cell, the first of the 3x3 steps (itself, the sides, the diagonals) inside the
+    image where the mask holds (or the values are above a limit), as a scan finds it;
+    every cell of small images, borders and corners included."""
+    from workflows.astro_udfs import _STEPS, _first_step
+
+    rng = np.random.default_rng(seed)
+    for _ in range(40):
+        h, w = (int(n) for n in rng.integers(1, 7, 2))
+        vals = rng.random((h, w))
+        cy, cx = (a.reshape(-1) for a in np.indices((h, w)))
+        for mask, above in ((vals > rng.random(), None), (vals, float(rng.random()))):
+            want = []
+            for y, x in zip(cy.tolist(), cx.tolist()):
+                code = -1
+                for dy, dx in _STEPS:
+                    yy, xx = y + dy, x + dx
+                    if 0 <= yy < h and 0 <= xx < w and (
+                            mask[yy, xx] if above is None else mask[yy, xx] > above):
+                        code = (dy + 1) * 3 + (dx + 1)
+                        break
+                want.append(code)
+            assert _first_step(mask, cy, cx, above).tolist() == want
