@@ -188,3 +188,16 @@ def test_query_blocks_pool_their_times(monkeypatch):
     assert bq0["times"] == [1.0, 2.0, 3.0, 10.0, 20.0, 30.0] and bq0["median_s"] == 6.5
     assert bq0["first_s"] == 9.0 and bq0["blocks"] == 2
     assert both[1]["error"] == "no star"
+
+
+def test_retire_empties_a_home_and_keeps_its_inodes(tmp_path):
+    """A measured home's files lose their bytes; its files and folders stay (no inode is
+    freed between runs), for the benchmark's end to remove."""
+    home = tmp_path / "h"
+    (home / "runs" / "r1" / "lineage").mkdir(parents=True)
+    (home / "catalog.sqlite").write_bytes(b"x" * 5000)
+    (home / "runs" / "r1" / "lineage" / "data.mdb").write_bytes(b"y" * 7000)
+    before = sorted(p.relative_to(home) for p in home.rglob("*"))
+    bs.retire(home)
+    assert sorted(p.relative_to(home) for p in home.rglob("*")) == before
+    assert all(p.stat().st_size == 0 for p in home.rglob("*") if p.is_file())

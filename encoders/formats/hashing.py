@@ -61,6 +61,11 @@ def _dedup_dense(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     n, width = m.shape
     if width == 0:
         return np.zeros(n, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    if m.dtype == np.uint8 and width <= 8:  # a row is one word: equal words, equal rows
+        words = np.zeros((n, 8), dtype=np.uint8)
+        words[:, :width] = m
+        _, inv, first = uniq_inverse(words.view(np.uint64).reshape(-1))
+        return inv, first
     if m.dtype == np.uint8 and width >= 8:
         words = np.zeros((n, -(-width // 8) * 8), dtype=np.uint8)
         words[:, :width] = m

@@ -33,3 +33,17 @@ def test_shifted_sets_hash_like_their_relative_form():
     h, psum = hashing.poly_hash(v, o)
     rel = h - np.array([10, 20], np.uint64) * psum  # both become {0, 1, 5}
     assert rel[0] == rel[1] and h[0] != h[1]
+
+
+@pytest.mark.parametrize("width", [1, 3, 5, 8, 9, 12])
+def test_dedup_rows_of_byte_rows_of_one_width_is_a_dict(width):
+    """Rows of one width (up to 8 bytes: one word each; beyond: hashed) dedup as a dict
+    of their bytes would: equal rows share an id, the representative is such a row."""
+    rng = np.random.default_rng(width)
+    m = rng.integers(0, 3, (400, width)).astype(np.uint8)  # few values: many repeats
+    inv, first = dedup_rows(m.reshape(-1), np.arange(401) * width)
+    ids: dict[bytes, int] = {}
+    for k, row in enumerate(m):
+        want = ids.setdefault(row.tobytes(), int(inv[k]))
+        assert inv[k] == want and m[first[inv[k]]].tobytes() == row.tobytes()
+    assert len(first) == len(ids)
