@@ -286,15 +286,18 @@ def test_lin_range_box_is_the_coordinates_range(ndim):
 @pytest.mark.parametrize("seed", range(6))
 def test_group_keys_is_the_union_per_key(seed):
     """Every key cell gets the union of the value sets of the pairs holding it, whether
-    the keys come sorted and distinct (a mask's cells, taken as they are), unsorted, or
-    colliding."""
+    the keys come sorted and distinct (a mask's cells, taken as they are), unsorted,
+    colliding, or sorted with a cell twice in a row."""
     from encoders.layouts.pairs import group_keys
 
     rng = np.random.default_rng(seed)
-    for kind in ("sorted", "shuffled", "colliding"):
+    for kind in ("sorted", "shuffled", "colliding", "sorted repeats"):
         n = int(rng.integers(1, 40))
         if kind == "colliding":
             rows = [np.unique(rng.integers(0, 30, int(rng.integers(1, 5)))) for _ in range(n)]
+        elif kind == "sorted repeats":  # in order, but a cell in two pairs in a row
+            rows = [np.array([c]) for c in np.sort(rng.integers(0, 8, n + 1))]
+            n += 1
         else:
             cells = np.sort(rng.choice(1000, n, replace=False))
             rows = [np.array([c]) for c in (cells if kind == "sorted" else rng.permutation(cells))]
