@@ -16,7 +16,10 @@ For each configuration:
   subzero.cli run astronomy --home H --strategy S --param shape=RxC [--param ccds=N]
   --json``, so each has a fresh driver and Spark), the two strategies interleaved
   (alternating which goes first) ``--repeat`` times (default 3; ``--repeat-largest`` for
-  the configurations of the largest cells, default the same). From each run's JSON:
+  the configurations of the largest cells, default the same). Give an even count: each
+  strategy then goes first as often as second, and on this machine the place matters (a
+  run in the CLI's process right after the black box as Spark jobs, which sits between
+  the two, took 0.70-0.81 s at 4x; one after another such run or a pause, 0.81-1.05 s). From each run's JSON:
   ``runtime_s``, ``input_bytes``, ``lineage_bytes``, ``driver_peak_rss`` (the driver's
   Python process; the JVM is not in it; the subprocess's own peak RSS from ``wait4`` when
   the engine reports none), ``stages``, ``concurrency``; and the subprocess's wall time,
