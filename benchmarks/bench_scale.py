@@ -15,8 +15,9 @@ For each configuration:
 - black-box and subzero runtime: every run is a fresh CLI subprocess (``python -m
   subzero.cli run astronomy --home H --strategy S --param shape=RxC [--param ccds=N]
   --json``, so each has a fresh driver and Spark), the two strategies interleaved
-  (alternating which goes first) ``--repeat`` times (default 3; ``--repeat-largest`` for
-  the configurations of the largest cells, default the same). Give an even count: each
+  (alternating which goes first) ``--repeat`` times (default 4; ``--repeat-largest`` for
+  the configurations of the largest cells, default the same). Give an even count (an odd
+  one is said on stderr): each
   strategy then goes first as often as second, and on this machine the place matters (a
   run in the CLI's process right after the black box as Spark jobs, which sits between
   the two, took 0.70-0.81 s at 4x; one after another such run or a pause, 0.81-1.05 s). From each run's JSON:
@@ -69,6 +70,7 @@ lands in them all the same.
 
 from __future__ import annotations
 
+import argparse
 import compileall
 import json
 import os
@@ -693,6 +695,17 @@ def plot(doc: dict[str, Any], path: Path) -> None:
 # ---------------------------------------------------------------------------------------
 
 
+def _positive(text: str) -> int:
+    """A positive integer argument (argparse reports anything else in one line)."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return n
+
+
 def _ints(text: str) -> list[int]:
     vals = [int(v) for v in text.split(",") if v.strip()]
     if not vals or min(vals) < 1:
@@ -709,9 +722,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--png", help="write the plot into this folder (default "
                    "benchmarks/results/png, not with --quick)")
-    p.add_argument("--repeat", type=int, help="runs per strategy and configuration "
-                   "(default 3; --quick 1)")
-    p.add_argument("--repeat-largest", type=int,
+    p.add_argument("--repeat", type=_positive, help="runs per strategy and configuration, "
+                   "an even count (default 4; --quick 1)")
+    p.add_argument("--repeat-largest", type=_positive,
                    help="runs per strategy for the largest configurations (default --repeat)")
     p.add_argument("--scales", type=_ints, help="shape factors per axis k: shape (R k, C k) "
                    "(default 1,2,4,8; --quick 1,2)")
@@ -723,7 +736,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--master", help="Spark master URL for the runs (default the CLI's)")
     args = p.parse_args(argv)
     quick = args.quick
-    repeat = args.repeat or (1 if quick else 3)
+    repeat = args.repeat or (1 if quick else 4)
     repeat_largest = args.repeat_largest or repeat
     base = args.base or (QUICK_BASE if quick else BASE)
     configs = configurations(base, args.scales or ([1, 2] if quick else [1, 2, 4, 8]),
@@ -734,6 +747,10 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     def log(msg: str) -> None:
         print(f"[scale] {msg}", file=sys.stderr, flush=True)
+
+    if not quick and (repeat % 2 or repeat_largest % 2):
+        log(f"an odd count of repeats ({repeat}, {repeat_largest} for the largest) lets one "
+            "strategy go first once more than the other; the place matters here")
 
     tmp = Path(tempfile.mkdtemp(prefix="sz-bench-scale-"))
     rows, skipped = [], []

@@ -201,3 +201,12 @@ def test_retire_empties_a_home_and_keeps_its_inodes(tmp_path):
     bs.retire(home)
     assert sorted(p.relative_to(home) for p in home.rglob("*")) == before
     assert all(p.stat().st_size == 0 for p in home.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("bad", ["0", "-2", "x"])
+def test_a_repeat_that_is_not_a_positive_integer_exits_2_naming_it(bad, capsys):
+    with pytest.raises(SystemExit) as e:
+        bs.main(["--quick", "--repeat", bad])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"expected a positive integer, got {bad!r}" in err

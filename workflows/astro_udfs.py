@@ -37,6 +37,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from encoders.formats.csr import run_starts
 from operators.base import UDF, box_neighbours
 from subzero.cells import Ragged, as_linear, cells_where, dilate, to_coords, unique
 from subzero.errors import CellError, ShapeError, WorkflowError
@@ -452,7 +453,7 @@ def _stars(pix: np.ndarray, lab_of: np.ndarray) -> tuple[np.ndarray, Ragged]:
     """:func:`star_pixels` from the star pixels ``pix`` (ascending) and their labels."""
     order = np.argsort(lab_of, kind="stable")
     sl = lab_of[order]  # the sort gives the labels and counts too (np.unique sorts again)
-    starts = np.flatnonzero(np.concatenate(([True], sl[1:] != sl[:-1])))
+    starts = run_starts(sl)
     return sl[starts], Ragged.from_lengths(pix[order].astype(np.uint64),
                                            np.diff(np.append(starts, len(sl))))
 
@@ -617,7 +618,9 @@ def _first_step(mask: np.ndarray, cy: np.ndarray, cx: np.ndarray,
     The steps are tried farthest first, each overwriting the code where it hits, so the
     nearest hit stays; a neighbour beyond the border is clamped into the image, onto a
     nearer step of the same cell (a diagonal onto a side or the cell, a side onto the
-    cell), which overwrites whatever it hit: no bounds masks, one flat gather a step."""
+    cell), which overwrites whatever it hit: no bounds masks, one flat gather a step.
+    (:func:`_windows` with ``"nearest"`` clamps alike, but its (n, 9) index array and
+    strided columns made ``cr_paths`` 5 -> 8 ms on a 16x chunk.)"""
     h, w = mask.shape
     flat = mask.reshape(-1)
     cy, cx = np.asarray(cy, dtype=np.int64), np.asarray(cx, dtype=np.int64)

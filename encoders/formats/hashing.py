@@ -66,7 +66,7 @@ def _dedup_dense(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         words[:, :width] = m
         _, inv, first = uniq_inverse(words.view(np.uint64).reshape(-1))
         return inv, first
-    if m.dtype == np.uint8 and width >= 8:
+    if m.dtype == np.uint8:  # over 8 bytes: hashed a word at a time, then checked
         words = np.zeros((n, -(-width // 8) * 8), dtype=np.uint8)
         words[:, :width] = m
         w = words.view(np.uint64)

@@ -574,6 +574,29 @@ def test_cr_cell_masks_prove_a_rejection_with_few_cells():
             assert_sound_adversarially(op, [x], [(cy[k], cx[k])], backward)
 
 
+def test_cr_cell_masks_take_l_plus_from_lacosmic_as_computed_afresh():
+    """L+ taken as 2NS from what lacosmic kept gives the masks that L+ computed again from
+    the image gives (the rounding lies far inside the cross test's margin), on both test
+    exposures and on a real exposure's crop when the data is there."""
+    from dataclasses import replace
+
+    from workflows.astro_data import exposure_paths
+
+    images = [RMBG1, RMBG2]
+    real = exposure_paths()
+    if real is not None:
+        images.append(subtract_background(load_fits(real[0]))[:400, :300])
+    for x in images:
+        op = bind(CosmicRayDetect(sky=SKY), x)
+        det = lacosmic(x, sky=SKY)
+        assert det.noise is not None
+        cy, cx = np.nonzero(x > op.gate)
+        args = (x, cy, cx, op.gain, op.readnoise, op.sigclip, op.sigfrac)
+        kept = cr_cell_masks(det, *args)
+        afresh = cr_cell_masks(replace(det, noise=None), *args)
+        assert (kept != 0).any() and np.array_equal(kept, afresh)
+
+
 def test_cr_paths_name_what_decided_each_flag():
     """A flagged pixel's path leads to a first-growth neighbour and a candidate next to
     it; a rejected pixel that cannot grow (S' low) keeps the 9x9 box, others the 13x13."""
