@@ -739,6 +739,7 @@ def run_workflow(
         workers = 1 if max_disk is not None else max(2, cores)
     stages = plan_stages(wf, set(sources), chunking.chunk_shape, fuse=fuse)
     placed = _place(wf, stages, where, want, cores, warm)
+    arrays.preload()  # the run writes arrays: the codecs' import is setup, not run time
     if placed.where == "driver":
         spark = None
         _import_kernels(wf)
