@@ -17,10 +17,10 @@ For each configuration:
   --json``, so each has a fresh driver and Spark), the two strategies interleaved
   (alternating which goes first) ``--repeat`` times (default 4; ``--repeat-largest`` for
   the configurations of the largest cells, default the same). Give an even count (an odd
-  one is said on stderr): each
-  strategy then goes first as often as second, and on this machine the place matters (a
-  run in the CLI's process right after the black box as Spark jobs, which sits between
-  the two, took 0.70-0.81 s at 4x; one after another such run or a pause, 0.81-1.05 s). From each run's JSON:
+  one is said on stderr): each strategy then goes first as often as second, and on this
+  machine the place matters (a run in the CLI's process right after the black box as
+  Spark jobs, which sits between the two, took 0.70-0.81 s at 4x; one after another such
+  run or a pause, 0.81-1.05 s: see ``host_reclaimed_bytes``). From each run's JSON:
   ``runtime_s``, ``input_bytes``, ``lineage_bytes``, ``driver_peak_rss`` (the driver's
   Python process; the JVM is not in it; the subprocess's own peak RSS from ``wait4`` when
   the engine reports none), ``stages``, ``concurrency``; and the subprocess's wall time,
@@ -29,6 +29,18 @@ For each configuration:
   run's files are emptied after it and every home is removed when the benchmark ends
   (:func:`retire`: freeing thousands of inodes between runs slowed the next run's every
   new file 20-fold on this machine's journal-less ext4);
+- ``host_reclaimed_bytes`` (each run's, and the median of each strategy's and of the
+  reference's): the free memory the machine handed back to its host while the run ran
+  (Linux free page reporting, :func:`host_reclaimed`; None where the kernel does not
+  report it). On this machine, a virtual machine that reports, a page handed back costs
+  a fault at the host when it is next touched: about 2.2 ms of CPU per MB of fresh
+  memory, anonymous or page cache, against 0.1 ms for memory freed a moment before. A
+  run's new memory and the page cache of the arrays it writes (900 MB at 16x) take
+  fresh pages, so its time depends on what the machine freed in the seconds before it:
+  the 16x black box ran in 2.49 s (4.90 s of CPU) right after a child process had
+  touched 3 GB and exited, 3.34 s (6.84 s of CPU) after a 4 s pause (4 alternating
+  pairs). The place effect above is this: the JVM of the Spark run frees GBs as it
+  exits. The reference reuses memory its own process freed a moment before;
 - the physical reference: the same kernels in this process on whole numpy arrays (no
   Spark, no zarr): the inputs generated first (not timed), then every operator of
   ``wf.order`` run once on the whole array, in black-box mode; median of the same repeats,
@@ -184,6 +196,29 @@ def configurations(base: tuple[int, int], scales: Sequence[int], ccds: Sequence[
 # ---------------------------------------------------------------------------------------
 
 
+#: where a Linux guest with free page reporting (virtio-balloon) counts the free memory it
+#: has handed back to its host, in KiB; absent elsewhere
+REPORTED_KIB = Path("/sys/module/page_reporting/parameters/reported_kib")
+
+
+def host_reclaimed() -> int | None:
+    """Bytes of free memory this machine has handed back to its host so far (free page
+    reporting), None where it does not report. Memory handed back costs its next user a
+    fault at the host on first touch: on this machine a fresh page, anonymous or page
+    cache, costs about 2.2 ms of CPU per MB where one freed a moment before costs 0.1-0.14
+    (writing 800 MB to new files 1.8-2.1 s, overwriting cached pages 0.11 s; see the module
+    docstring)."""
+    try:
+        return int(REPORTED_KIB.read_text()) * 1024
+    except (OSError, ValueError):
+        return None
+
+
+def _reclaimed_since(before: int | None) -> int | None:
+    after = host_reclaimed()
+    return None if before is None or after is None else after - before
+
+
 def cli_run(cfg: Config, strategy: str, home: Path, master: str | None = None,
             where: str = "auto") -> dict[str, Any]:
     """One ``subzero run`` in a fresh process; its JSON figures and its wall time."""
@@ -196,11 +231,13 @@ def cli_run(cfg: Config, strategy: str, home: Path, master: str | None = None,
     home.mkdir(parents=True, exist_ok=True)
     out_path, err_path = home.parent / f"{home.name}.out", home.parent / f"{home.name}.err"
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        reclaimed = host_reclaimed()
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=err,
                                 stdin=subprocess.DEVNULL)
         _, status, usage = os.wait4(proc.pid, 0)  # the child's own rusage (peak RSS)
         wall = time.perf_counter() - t0
+    reclaimed = _reclaimed_since(reclaimed)
     proc.returncode = os.waitstatus_to_exitcode(status)
     stdout, stderr = out_path.read_text(), err_path.read_text()
     out_path.unlink()
@@ -228,6 +265,7 @@ def cli_run(cfg: Config, strategy: str, home: Path, master: str | None = None,
         "stages": doc.get("stages"), "concurrency": doc.get("concurrency"),
         "operators": len(doc.get("operators", [])),
         "where": (doc.get("placement") or {}).get("where", "spark"),
+        "host_reclaimed_bytes": reclaimed,
     }
 
 
@@ -249,6 +287,12 @@ def retire(home: Path) -> None:
                 pass
 
 
+def _median_known(values: Sequence[int | None]) -> float | None:
+    """The median of the values measured (None where none was)."""
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
 def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians over a strategy's runs (peak RSS: the largest), with the runs under
     ``times`` (per-repeat figures, which compare.py does not compare)."""
@@ -256,7 +300,9 @@ def summarize_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
            for k in ("runtime_s", "wall_s", "overhead_s")}
     rss = [r["driver_peak_rss"] for r in runs if r["driver_peak_rss"] is not None]
     last = runs[-1]
-    return {**med, "input_bytes": last["input_bytes"], "lineage_bytes": last["lineage_bytes"],
+    return {**med, "host_reclaimed_bytes": _median_known(
+                [r.get("host_reclaimed_bytes") for r in runs]),
+            "input_bytes": last["input_bytes"], "lineage_bytes": last["lineage_bytes"],
             "lineage_over_input": last["lineage_bytes"] / last["input_bytes"],
             "driver_peak_rss": max(rss) if rss else None,
             "cli_peak_rss": max(r["cli_peak_rss"] for r in runs),
@@ -331,15 +377,19 @@ class Reference:
         self.drop = releases(self.wf)
         self.keep = sinks(self.wf)
         self.times: list[float] = []
+        self.reclaimed: list[int | None] = []  # host_reclaimed_bytes of each repeat
         self.outputs: dict[str, np.ndarray] = {}
 
     def measure(self) -> None:
+        reclaimed = host_reclaimed()
         t0 = time.perf_counter()
         self.outputs = run_kernels(self.wf, self.inputs, self.drop, self.keep)
         self.times.append(time.perf_counter() - t0)
+        self.reclaimed.append(_reclaimed_since(reclaimed))
 
     def summary(self) -> dict[str, Any]:
         return {"runtime_s": statistics.median(self.times), "times": self.times,
+                "host_reclaimed_bytes": _median_known(self.reclaimed),
                 "generate_s": self.generate_s, "operators": len(self.wf.order)}
 
 

@@ -134,6 +134,15 @@ def test_quick_benchmark_reports_every_configuration_and_the_targets(tmp_path):
         else:
             assert r["blackbox_on_spark"] is None
         _positive(r["numpy"], ("runtime_s",))
+        # what the machine handed back to its host during the runs: a count, or None on
+        # a kernel that does not report (each run says its own)
+        reported = bs.host_reclaimed() is not None
+        for part in (r["blackbox"], r["subzero"], r["numpy"]):
+            got = part["host_reclaimed_bytes"]
+            assert (got >= 0) if reported else got is None
+        for run in r["blackbox"]["times"]:
+            assert ("host_reclaimed_bytes" in run
+                    and (run["host_reclaimed_bytes"] is None) != reported)
         _positive(r, ("executor_over_numpy", "subzero_over_blackbox", "lineage_over_input",
                       "rss_over_exposure", "cli_overhead_s"))
         assert r["matches_executor"] is True
@@ -188,6 +197,20 @@ def test_query_blocks_pool_their_times(monkeypatch):
     assert bq0["times"] == [1.0, 2.0, 3.0, 10.0, 20.0, 30.0] and bq0["median_s"] == 6.5
     assert bq0["first_s"] == 9.0 and bq0["blocks"] == 2
     assert both[1]["error"] == "no star"
+
+
+def test_host_reclaimed_reads_the_kernels_counter_in_bytes(tmp_path, monkeypatch):
+    counter = tmp_path / "reported_kib"
+    counter.write_text("1536\n")
+    monkeypatch.setattr(bs, "REPORTED_KIB", counter)
+    assert bs.host_reclaimed() == 1536 * 1024
+    before = bs.host_reclaimed()
+    counter.write_text("1600\n")
+    assert bs._reclaimed_since(before) == 64 * 1024
+    assert bs._reclaimed_since(None) is None
+    monkeypatch.setattr(bs, "REPORTED_KIB", tmp_path / "absent")
+    assert bs.host_reclaimed() is None and bs._reclaimed_since(before) is None
+    assert bs._median_known([None, 4, 2, None, 9]) == 4 and bs._median_known([None]) is None
 
 
 def test_retire_empties_a_home_and_keeps_its_inodes(tmp_path):
