@@ -99,6 +99,7 @@ from typing import Any, Callable, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, emit, parser  # noqa: E402
 
+import subzero  # noqa: E402,F401 - first: one OpenBLAS thread, as in the runs (see its __init__)
 import numpy as np  # noqa: E402
 
 import workflows  # noqa: E402
