@@ -39,8 +39,11 @@ For each configuration:
   fresh pages, so its time depends on what the machine freed in the seconds before it:
   the 16x black box ran in 2.49 s (4.90 s of CPU) right after a child process had
   touched 3 GB and exited, 3.34 s (6.84 s of CPU) after a 4 s pause (4 alternating
-  pairs). The place effect above is this: the JVM of the Spark run frees GBs as it
-  exits. The reference reuses memory its own process freed a moment before;
+  pairs). That is one cause of the place effect above (the JVM of the Spark run frees
+  GBs as it exits), not all of it: two black-box runs at 4x, each right after the same
+  warm-up, still took 0.68 s first and 0.77 s second (medians of 5 pairs; 0.67 and 0.93
+  s with the first run's files kept rather than emptied). The reference
+  reuses memory its own process freed a moment before;
 - the physical reference: the same kernels in this process on whole numpy arrays (no
   Spark, no zarr): the inputs generated first (not timed), then every operator of
   ``wf.order`` run once on the whole array, in black-box mode; median of the same repeats,
