@@ -31,6 +31,8 @@ Examples
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Iterator, Sequence
@@ -414,10 +416,45 @@ def label_stars(x: np.ndarray, threshold: float = 100.0) -> np.ndarray:
     return _labelled(x, threshold)[0]
 
 
-def _labelled(x: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+#: an image of at least this many cells is labelled in bands of rows on several threads
+#: (:func:`_labelled`): ``clust`` is global, one task whose core works alone at the end of
+#: a run (64x: 66 million cells, 0.31 s for the labels in one band, 0.17-0.20 s in two)
+LABEL_BAND_CELLS = 1 << 22
+#: the most bands (threads) an image is labelled in
+LABEL_MAX_BANDS = 4
+
+
+def _label_bands(x: np.ndarray) -> int:
+    """How many bands of rows :func:`_labelled` splits ``x`` into: one below
+    :data:`LABEL_BAND_CELLS` or beyond 2-d, else one per core this process may use (at most
+    :data:`LABEL_MAX_BANDS`, at least two rows each)."""
+    if x.ndim != 2 or x.size < LABEL_BAND_CELLS:
+        return 1
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, LABEL_MAX_BANDS, x.shape[0] // 2))
+
+
+@lru_cache(maxsize=None)
+def _band_pool(bands: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=bands, thread_name_prefix="subzero-label")
+
+
+def _labelled(x: np.ndarray, threshold: float, bands: int | None = None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`label_stars`'s labels, with the star pixels (linear indices, ascending) and
-    each one's label, which a caller would otherwise find again by scanning the labels."""
+    each one's label, which a caller would otherwise find again by scanning the labels.
+
+    A large 2-d image is labelled in ``bands`` bands of rows at once (default
+    :func:`_label_bands`; scipy's labelling lets other threads run), the components that
+    cross a band's last row joined afterwards: the same labels, as a star's is its smallest
+    linear index plus one whichever band found it."""
     x = np.asarray(x)
+    bands = _label_bands(x) if bands is None else max(1, min(int(bands), x.shape[0]))
+    if bands > 1 and x.ndim == 2:
+        return _labelled_in_bands(x, threshold, bands)
     bright = x > threshold
     out = np.zeros(x.shape, dtype=np.int64)
     from scipy import ndimage  # scipy (slow to import) only in the kernels
@@ -435,6 +472,104 @@ def _labelled(x: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray, 
     labels = ids[lab_of]
     out.reshape(-1)[pix] = labels
     return out, pix, labels
+
+
+@dataclass
+class _Band:
+    """One band of rows of :func:`_labelled_in_bands`: its components (scipy's labels
+    1..n), its star pixels (linear indices in the whole image, ascending) with each one's
+    band label, each label's first pixel, and the band's first and last rows of labels."""
+
+    n: int
+    pix: np.ndarray
+    lab_of: np.ndarray
+    first: np.ndarray
+    top: np.ndarray
+    bottom: np.ndarray
+
+
+def _label_band(x: np.ndarray, threshold: float, r0: int, r1: int) -> _Band:
+    from scipy import ndimage
+
+    bright = x[r0:r1] > threshold
+    lab, n = ndimage.label(bright, structure=np.ones((3, 3), dtype=bool))
+    pix = np.flatnonzero(bright)
+    lab_of = lab.reshape(-1)[pix].astype(np.int64)
+    first = np.empty(n, dtype=np.int64)
+    if n:
+        uniq, at = np.unique(lab_of, return_index=True)
+        first[uniq - 1] = pix[at]
+    off = r0 * x.shape[1]
+    return _Band(n, pix + off, lab_of, first + off, lab[0].copy(), lab[-1].copy())
+
+
+def _seam_edges(above: np.ndarray, below: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (label above, label below) pairs of 8-connected star pixels across a seam:
+    ``above`` is the last row of labels of one band, ``below`` the first of the next."""
+    cols = len(above)
+    ups, downs = [], []
+    for d in (-1, 0, 1):  # the pixel below-left, below, below-right
+        a = above[max(0, -d):cols - max(0, d)]
+        b = below[max(0, d):cols - max(0, -d)]
+        both = (a > 0) & (b > 0)
+        ups.append(a[both])
+        downs.append(b[both])
+    return np.concatenate(ups).astype(np.int64), np.concatenate(downs).astype(np.int64)
+
+
+def _roots(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per node of a graph of ``n`` nodes with edges ``(a[i], b[i])``, the smallest node
+    of its connected component: roots hooked onto the smaller root across every edge, then
+    paths halved until each node points at its root, until no edge joins two roots.
+
+    >>> _roots(5, np.array([3, 1, 4]), np.array([4, 3, 2])).tolist()
+    [0, 1, 1, 1, 1]
+    """
+    root = np.arange(n, dtype=np.int64)
+    while len(a):
+        ra, rb = root[a], root[b]
+        if np.array_equal(ra, rb):
+            break
+        low = np.minimum(ra, rb)
+        np.minimum.at(root, ra, low)
+        np.minimum.at(root, rb, low)
+        while True:
+            up = root[root]
+            if np.array_equal(up, root):
+                break
+            root = up
+    return root
+
+
+def _labelled_in_bands(x: np.ndarray, threshold: float, bands: int
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_labelled` of a 2-d image in ``bands`` bands of rows labelled at once."""
+    edges = np.linspace(0, x.shape[0], bands + 1).astype(np.int64).tolist()
+    pool = _band_pool(bands)
+    parts = list(pool.map(lambda i: _label_band(x, threshold, edges[i], edges[i + 1]),
+                          range(bands)))
+    out = np.zeros(x.shape, dtype=np.int64)
+    offsets = np.cumsum([0] + [p.n for p in parts])
+    total = int(offsets[-1])
+    if total == 0:
+        return out, np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    # one node per band label (band i's label l: offsets[i] + l - 1), joined across seams
+    seams = [_seam_edges(parts[i].bottom, parts[i + 1].top) for i in range(bands - 1)]
+    a = np.concatenate([up - 1 + offsets[i] for i, (up, _) in enumerate(seams)])
+    b = np.concatenate([down - 1 + offsets[i + 1] for i, (_, down) in enumerate(seams)])
+    root = _roots(total, a, b)
+    first = np.full(total, np.iinfo(np.int64).max)
+    np.minimum.at(first, root, np.concatenate([p.first for p in parts]))
+    star = first[root] + 1  # each node's star label: its component's first pixel + 1
+    flat = out.reshape(-1)
+
+    def fill(i: int) -> np.ndarray:
+        labels = star[parts[i].lab_of - 1 + offsets[i]]
+        flat[parts[i].pix] = labels
+        return labels
+
+    labels = list(pool.map(fill, range(bands)))
+    return out, np.concatenate([p.pix for p in parts]), np.concatenate(labels)
 
 
 # ---------------------------------------------------------------------------------------

@@ -15,9 +15,10 @@ from subzero.testing import (assert_sound_by_perturbation, bind, brute_forward, 
                              payload_backward, run_chunked)
 from workflows.astro_data import (CRTEST_FILE, EXPOSURE_FILES, SKY, generate_scene,
                                   load_exposure, load_fits, subtract_background)
+from workflows import astro_udfs
 from workflows.astro_udfs import (CR_RADIUS, SP_RADIUS, CosmicRayDetect, CosmicRayRemove,
                                   TAG_CELLS, StarDetect, _laplacian_plus, _reach,
-                                  _window_median, _windows, astronomy_udfs,
+                                  _labelled, _window_median, _windows, astronomy_udfs,
                                   cr_cell_masks, cr_paths,
                                   decode_star, default_gate, lacosmic,
                                   detect_cosmic_rays, encode_stars, label_stars,
@@ -273,6 +274,103 @@ def test_star_labels_are_true_components_with_positional_ids(seed, h, w):
     for comp in partition(labels):
         cells = sorted(comp)
         assert labels[cells[0]] == 1 + np.ravel_multi_index(cells[0], x.shape)
+
+
+def _brute_labelled(x, thr):
+    """What _labelled returns, from a flood fill: the label image (a star's label its
+    smallest linear index + 1), the star pixels ascending and each one's label."""
+    out = np.zeros(x.shape, dtype=np.int64)
+    for comp in brute_components(x, thr):
+        cells = np.array(sorted(comp))
+        lin = np.ravel_multi_index(cells.T, x.shape)
+        out.reshape(-1)[lin] = lin.min() + 1
+    pix = np.flatnonzero(x > thr)
+    return out, pix, out.reshape(-1)[pix]
+
+
+def _same_labelled(got, want):
+    assert len(got) == len(want) == 3
+    for g, w in zip(got, want):
+        assert g.dtype == np.int64 and np.array_equal(g, w)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(2, 24), st.integers(1, 14),
+       st.floats(0.2, 0.95), st.integers(2, 6))
+def test_star_labels_in_bands_of_rows_are_the_same_labels(seed, h, w, thr, bands):
+    """Labelled in bands of rows on several threads, then joined across the seams: the
+    same three arrays as the flood fill (and so as one band), whatever the bands."""
+    x = np.random.default_rng(seed).uniform(0, 1, (h, w))
+    want = _brute_labelled(x, thr)
+    _same_labelled(_labelled(x, thr, bands=bands), want)
+    _same_labelled(_labelled(x, thr, bands=1), want)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 40), st.lists(st.tuples(st.integers(0, 39), st.integers(0, 39)),
+                                    max_size=60))
+def test_roots_give_each_node_the_smallest_node_of_its_component(n, pairs):
+    edges = [(a % n, b % n) for a, b in pairs]
+    a = np.array([e[0] for e in edges], dtype=np.int64)
+    b = np.array([e[1] for e in edges], dtype=np.int64)
+    parent = list(range(n))  # a plain union-find, smallest node kept as the root
+
+    def find(i):
+        while parent[i] != i:
+            i = parent[i]
+        return i
+
+    for u, v in edges:
+        ru, rv = find(u), find(v)
+        parent[max(ru, rv)] = min(ru, rv)
+    assert astro_udfs._roots(n, a, b).tolist() == [find(i) for i in range(n)]
+
+
+@pytest.mark.parametrize("shape", [
+    # joined only diagonally across a seam, either way
+    [(2, 1), (3, 2)], [(2, 3), (3, 2)],
+    # a U: two arms in the upper band, joined in the lower one (an upper arm's label,
+    # not the lower band's, is the star's)
+    [(0, 0), (1, 0), (2, 0), (3, 0), (3, 1), (3, 2), (3, 3), (2, 3), (1, 3), (0, 3)],
+    # an arch: joined in the upper band, two arms in the lower one
+    [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (2, 0), (3, 0), (1, 3), (2, 3), (3, 3)],
+    # a zigzag through every band, joined through the bands below and back
+    [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (5, 1), (5, 2), (4, 2), (3, 2),
+     (2, 2), (1, 2), (0, 2), (0, 3), (0, 4), (1, 4), (2, 4), (3, 4), (4, 4), (5, 4)],
+])
+def test_stars_that_cross_seams_are_one_star(shape):
+    x = np.zeros((6, 5))
+    x[tuple(np.array(shape).T)] = 500.0
+    want = _brute_labelled(x, 100.0)
+    assert len(np.unique(want[0][want[0] > 0])) == 1  # one star
+    for bands in (2, 3, 6):  # a seam after every row with 6
+        _same_labelled(_labelled(x, 100.0, bands=bands), want)
+
+
+def test_star_labels_in_bands_with_no_star_or_every_pixel_a_star():
+    for fill in (0.0, 500.0):
+        x = np.full((7, 4), fill)
+        want = _brute_labelled(x, 100.0)
+        for bands in (2, 4, 7, 9):  # more bands than rows: one band per row
+            _same_labelled(_labelled(x, 100.0, bands=bands), want)
+
+
+def test_large_images_are_labelled_in_bands(monkeypatch):
+    """label_stars splits a 2-d image of LABEL_BAND_CELLS cells or more into bands (one per
+    core, at most LABEL_MAX_BANDS), never a smaller one or one of other dimensions."""
+    assert astro_udfs._label_bands(np.zeros((4, 5))) == 1
+    assert astro_udfs._label_bands(np.zeros((2,) * 3)) == 1
+    monkeypatch.setattr(astro_udfs, "LABEL_BAND_CELLS", 20)
+    monkeypatch.setattr(astro_udfs.os, "sched_getaffinity", lambda pid: {0, 1, 2})
+    assert astro_udfs._label_bands(np.zeros((4, 5))) == 2  # two rows a band at least
+    assert astro_udfs._label_bands(np.zeros((40, 5))) == 3
+    assert astro_udfs._label_bands(np.zeros((2, 2, 5))) == 1
+    split = []
+    real = astro_udfs._labelled_in_bands
+    monkeypatch.setattr(astro_udfs, "_labelled_in_bands",
+                        lambda x, thr, bands: split.append(bands) or real(x, thr, bands))
+    assert np.array_equal(label_stars(SUM, 100.0), _brute_labelled(SUM, 100.0)[0])
+    assert split == [3]
 
 
 def test_a_u_shaped_star_is_one_component():
