@@ -437,8 +437,14 @@ def _label_bands(x: np.ndarray) -> int:
     return max(1, min(cores, LABEL_MAX_BANDS, x.shape[0] // 2))
 
 
-@lru_cache(maxsize=None)
 def _band_pool(bands: int) -> ThreadPoolExecutor:
+    """This process's pool of ``bands`` labelling threads, made anew in a forked Spark
+    worker (threads do not survive a fork)."""
+    return _pool_of(bands, os.getpid())
+
+
+@lru_cache(maxsize=None)
+def _pool_of(bands: int, pid: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=bands, thread_name_prefix="subzero-label")
 
 
@@ -452,9 +458,9 @@ def _labelled(x: np.ndarray, threshold: float, bands: int | None = None
     cross a band's last row joined afterwards: the same labels, as a star's is its smallest
     linear index plus one whichever band found it."""
     x = np.asarray(x)
-    bands = _label_bands(x) if bands is None else max(1, min(int(bands), x.shape[0]))
-    if bands > 1 and x.ndim == 2:
-        return _labelled_in_bands(x, threshold, bands)
+    bands = _label_bands(x) if bands is None else int(bands)
+    if bands > 1 and x.ndim == 2 and x.shape[0] > 1:
+        return _labelled_in_bands(x, threshold, min(bands, x.shape[0]))
     bright = x > threshold
     out = np.zeros(x.shape, dtype=np.int64)
     from scipy import ndimage  # scipy (slow to import) only in the kernels
@@ -520,7 +526,7 @@ def _seam_edges(above: np.ndarray, below: np.ndarray) -> tuple[np.ndarray, np.nd
 def _roots(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Per node of a graph of ``n`` nodes with edges ``(a[i], b[i])``, the smallest node
     of its connected component: roots hooked onto the smaller root across every edge, then
-    paths halved until each node points at its root, until no edge joins two roots.
+    every node's pointer followed until it points at a root, until no edge joins two roots.
 
     >>> _roots(5, np.array([3, 1, 4]), np.array([4, 3, 2])).tolist()
     [0, 1, 1, 1, 1]

@@ -347,6 +347,14 @@ def test_stars_that_cross_seams_are_one_star(shape):
         _same_labelled(_labelled(x, 100.0, bands=bands), want)
 
 
+def test_star_labels_asked_in_bands_of_an_image_that_has_none():
+    """Bands asked of a 1-d array or a one-row image: labelled in one."""
+    for x in (np.array([0.0, 500.0, 500.0, 0.0, 500.0]),
+              np.array([[0.0, 500.0, 0.0, 500.0]])):
+        want = _labelled(x, 100.0, bands=1)
+        _same_labelled(_labelled(x, 100.0, bands=3), want)
+
+
 def test_star_labels_in_bands_with_no_star_or_every_pixel_a_star():
     for fill in (0.0, 500.0):
         x = np.full((7, 4), fill)
