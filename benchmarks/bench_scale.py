@@ -42,8 +42,8 @@ For each configuration:
   pairs). That is one cause of the place effect above (the JVM of the Spark run frees
   GBs as it exits), not all of it: two black-box runs at 4x, each right after the same
   warm-up, still took 0.68 s first and 0.77 s second (medians of 5 pairs; 0.67 and 0.93
-  s with the first run's files kept rather than emptied). The reference
-  reuses memory its own process freed a moment before;
+  s with the first run's files kept rather than emptied). The reference reuses memory
+  its own process freed a moment before (its first repeat is the slow one);
 - the physical reference: the same kernels in this process on whole numpy arrays (no
   Spark, no zarr): the inputs generated first (not timed), then every operator of
   ``wf.order`` run once on the whole array, in black-box mode; median of the same repeats,
