@@ -32,7 +32,6 @@ Examples
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Iterator, Sequence
@@ -42,6 +41,7 @@ import numpy as np
 from encoders.formats.csr import run_starts
 from operators.base import UDF, box_neighbours
 from subzero.cells import Ragged, as_linear, cells_where, dilate, to_coords, unique
+from subzero.engine import arrays
 from subzero.errors import CellError, ShapeError, WorkflowError
 from subzero.modes import Mode
 from subzero.operator import GLOBAL, Parallelism, stencil
@@ -437,17 +437,6 @@ def _label_bands(x: np.ndarray) -> int:
     return max(1, min(cores, LABEL_MAX_BANDS, x.shape[0] // 2))
 
 
-def _band_pool(bands: int) -> ThreadPoolExecutor:
-    """This process's pool of ``bands`` labelling threads, made anew in a forked Spark
-    worker (threads do not survive a fork)."""
-    return _pool_of(bands, os.getpid())
-
-
-@lru_cache(maxsize=None)
-def _pool_of(bands: int, pid: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=bands, thread_name_prefix="subzero-label")
-
-
 def _labelled(x: np.ndarray, threshold: float, bands: int | None = None
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`label_stars`'s labels, with the star pixels (linear indices, ascending) and
@@ -551,7 +540,7 @@ def _labelled_in_bands(x: np.ndarray, threshold: float, bands: int
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`_labelled` of a 2-d image in ``bands`` bands of rows labelled at once."""
     edges = np.linspace(0, x.shape[0], bands + 1).astype(np.int64).tolist()
-    pool = _band_pool(bands)
+    pool = arrays.thread_pool(f"subzero-label-{bands}", bands)  # anew after a fork
     parts = list(pool.map(lambda i: _label_band(x, threshold, edges[i], edges[i + 1]),
                           range(bands)))
     out = np.zeros(x.shape, dtype=np.int64)

@@ -15,6 +15,7 @@ from subzero.testing import (assert_sound_by_perturbation, bind, brute_forward, 
                              payload_backward, run_chunked)
 from workflows.astro_data import (CRTEST_FILE, EXPOSURE_FILES, SKY, generate_scene,
                                   load_exposure, load_fits, subtract_background)
+from tests.conftest import SHARED_DATA
 from workflows import astro_udfs
 from workflows.astro_udfs import (CR_RADIUS, SP_RADIUS, CosmicRayDetect, CosmicRayRemove,
                                   TAG_CELLS, StarDetect, _laplacian_plus, _reach,
@@ -361,6 +362,21 @@ def test_star_labels_in_bands_with_no_star_or_every_pixel_a_star():
         want = _brute_labelled(x, 100.0)
         for bands in (2, 4, 7, 9):  # more bands than rows: one band per row
             _same_labelled(_labelled(x, 100.0, bands=bands), want)
+
+
+def test_star_labels_in_bands_on_a_large_field_and_a_real_exposure():
+    """Beyond toy images: a generated 2,400 x 900 field (725 stars; 1, 3 and 6 of them
+    across the seams of 2, 3 and 4 bands) and a real LSST exposure, the same three arrays
+    as in one band."""
+    scene = generate_scene(seed=11, shape=(2400, 900))
+    images = [subtract_background(scene.exp1) + subtract_background(scene.exp2)]
+    if (SHARED_DATA / EXPOSURE_FILES[0]).exists():  # the generated field runs anyway
+        images.append(subtract_background(load_exposure(SHARED_DATA / EXPOSURE_FILES[0])))
+    for x in images:
+        one = _labelled(x, 100.0, bands=1)
+        assert len(np.unique(one[2])) > 20
+        for bands in (2, 3, 4):
+            _same_labelled(_labelled(x, 100.0, bands=bands), one)
 
 
 def test_large_images_are_labelled_in_bands(monkeypatch):
