@@ -42,17 +42,25 @@ For each configuration:
   pairs). That is one cause of the place effect above (the JVM of the Spark run frees
   GBs as it exits), not all of it: two black-box runs at 4x, each right after the same
   warm-up, still took 0.68 s first and 0.77 s second (medians of 5 pairs; 0.67 and 0.93
-  s with the first run's files kept rather than emptied). The reference reuses memory
-  its own process freed a moment before (its first repeat is the slow one);
-- the physical reference: the same kernels in this process on whole numpy arrays (no
-  Spark, no zarr): the inputs generated first (not timed), then every operator of
-  ``wf.order`` run once on the whole array, in black-box mode; median of the same repeats,
-  interleaved with the Spark runs. Its final arrays are compared with the subzero run's
-  (``matches_executor``);
+  s with the first run's files kept rather than emptied);
+- the physical reference (``numpy``): the same kernels on whole numpy arrays (no Spark,
+  no zarr) in a fresh process of their own, as every run is one
+  (:func:`reference_process`), placed among each repeat's runs, a different place each
+  repeat: the kernels' modules imported and the inputs generated (``generate_s``), then
+  every operator of ``wf.order`` run once on the whole array, in black-box mode
+  (``runtime_s``, the median; ``with_inputs_s``, of generation plus kernels, is what a
+  run's runtime compares with, as a run generates its inputs in its tasks);
+- the same reference in the benchmark's own process (``numpy_in_process``), after each
+  repeat's runs, as the earlier results measured it: a process that has run before,
+  whose time depends on what freed memory just before it (16x, six of each interleaved:
+  1.29-1.55 s right after a fresh-process reference had exited, 2.07-2.40 s right after
+  its own previous repeat; the fresh-process reference 1.62-2.57 s). Its final arrays
+  are compared with the subzero run's (``matches_executor``);
 - where the runs executed (``where``: ``driver`` when the CLI ran a small run in its own
   process, :mod:`subzero.engine.placement`); for such a configuration the black box also
   runs as Spark jobs (``--where spark``, ``blackbox_on_spark``, in every repeat between
-  the two strategies) and ``spark_over_numpy`` is its runtime over the reference's;
+  the two strategies) and ``spark_over_numpy`` is its runtime over the reference's
+  (``numpy``; ``executor_over_numpy_in_process`` is the black box over the in-process one);
 - queries, in this process through the Python API (``Home(H).get(run)``), on the first
   subzero run: BQ0-BQ4 and FQ0 (with N CCDs, CCD 1's ``c1.BQ0``... and those of one other
   CCD drawn at random), each called once (``first_s``, the cold call) then
@@ -87,8 +95,10 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import importlib
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -120,6 +130,7 @@ PACKAGES = ("subzero", "operators", "encoders", "optimizer", "workflows")
 #: the black box forced onto Spark jobs (``--where spark``), measured too in configurations
 #: whose runs the CLI placed in its own process (:mod:`subzero.engine.placement`)
 ON_SPARK = "blackbox-on-spark"
+NUMPY = "numpy"  # the reference in a fresh process, placed among the runs of a repeat
 QUERIES = ("BQ0", "BQ1", "BQ2", "BQ3", "BQ4", "FQ0")
 BASE = (2001, 513)
 QUICK_BASE = (250, 64)
@@ -370,8 +381,58 @@ def sinks(wf: Workflow) -> frozenset[str]:
     return frozenset(n for n in wf.order if n not in read)
 
 
+def reference_child(params: dict[str, str]) -> dict[str, Any]:
+    """The reference as a fresh process measures it (what ``--reference-child`` prints):
+    the kernels' modules imported (as a run imports them before its clock), the inputs
+    generated (timed apart: ``generate_s``), then every kernel once (``runtime_s``, its
+    CPU time ``cpu_s`` and what the machine handed back meanwhile)."""
+    wf = workflows.build(WORKFLOW, **params).validate()
+    for name in sorted({m for op in wf.ops.values() for m in op.imports}):
+        importlib.import_module(name)
+    t0 = time.perf_counter()
+    inputs = {name: np.asarray(spec.source()) for name, spec in wf.inputs.items()}
+    generate = time.perf_counter() - t0
+    cpu = resource.getrusage(resource.RUSAGE_SELF)
+    reclaimed = host_reclaimed()
+    t0 = time.perf_counter()
+    run_kernels(wf, inputs, releases(wf))
+    runtime = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    return {"runtime_s": runtime, "generate_s": generate,
+            "cpu_s": (after.ru_utime + after.ru_stime) - (cpu.ru_utime + cpu.ru_stime),
+            "host_reclaimed_bytes": _reclaimed_since(reclaimed)}
+
+
+def reference_process(cfg: Config) -> dict[str, Any]:
+    """One measurement of the reference in a fresh process (:func:`reference_child`), as
+    every run is one: a process's first touch of memory the machine handed back costs it
+    (``host_reclaimed_bytes``), which the in-process reference, reusing what it freed a
+    moment before, does not pay."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--reference-child",
+           json.dumps(cfg.params())]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL)
+    if p.returncode != 0:
+        lines = p.stderr.strip().splitlines() or [f"exit code {p.returncode}"]
+        raise BenchError(f"the numpy reference failed (exit {p.returncode}): {lines[-1]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def summarize_references(refs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over the fresh-process references (``with_inputs_s``: of each one's
+    generation plus kernels), with each one under ``times``."""
+    med = {k: statistics.median(r[k] for r in refs) for k in ("runtime_s", "generate_s",
+                                                              "cpu_s")}
+    return {**med, "with_inputs_s": statistics.median(r["runtime_s"] + r["generate_s"]
+                                                      for r in refs),
+            "host_reclaimed_bytes": _median_known([r["host_reclaimed_bytes"] for r in refs]),
+            "times": [r["runtime_s"] for r in refs], "runs": refs}
+
+
 class Reference:
-    """The numpy reference of one configuration: inputs generated once, kernels timed."""
+    """The numpy reference of one configuration in this process: inputs generated once,
+    kernels timed (on memory this process freed a moment before: see
+    :func:`reference_process` for the reference measured as the runs are)."""
 
     def __init__(self, cfg: Config) -> None:
         self.wf = build(cfg)
@@ -504,6 +565,7 @@ def measure(cfg: Config, tmp: Path, repeat: int, query_repeat: int, master: str 
     except SubZeroError as e:
         raise BenchError(f"the workflow refuses {cfg.params()}: {e}") from None
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in (*STRATEGIES, ON_SPARK)}
+    fresh: list[dict[str, Any]] = []  # the reference in a fresh process, as the runs
     kept: Path | None = None  # the first subzero run's home, queried after each repeat
     run: Run | None = None
     queries: list[dict[str, Any]] | None = None
@@ -513,9 +575,15 @@ def measure(cfg: Config, tmp: Path, repeat: int, query_repeat: int, master: str 
             # configuration the CLI ran in its own process also runs as Spark jobs
             order = list(STRATEGIES if rep % 2 == 0 else STRATEGIES[::-1])
             order.insert(1, ON_SPARK)  # between the two, when needed (known after #0's)
+            order.insert(rep % 4, NUMPY)  # each place in turn, among the runs
             for strategy in order:
                 if strategy == ON_SPARK and not (runs["blackbox"]
                                                  and runs["blackbox"][0]["where"] == "driver"):
+                    continue
+                if strategy == NUMPY:
+                    fresh.append(reference_process(cfg))
+                    log(f"{cfg.name} numpy (fresh process) #{rep}: "
+                        f"{fresh[-1]['runtime_s']:.2f} s")
                     continue
                 home = tmp / f"{cfg.name}-{strategy}-{rep}"
                 r = cli_run(cfg, "blackbox" if strategy == ON_SPARK else strategy, home,
@@ -528,7 +596,7 @@ def measure(cfg: Config, tmp: Path, repeat: int, query_repeat: int, master: str 
                 else:
                     retire(home)
             ref.measure()
-            log(f"{cfg.name} numpy #{rep}: {ref.times[-1]:.2f} s")
+            log(f"{cfg.name} numpy (this process) #{rep}: {ref.times[-1]:.2f} s")
             # the queries, a block of them after each repeat on the first subzero run:
             # spread over the configuration's minutes, so that a phase of a shared
             # machine's load lands in a few of their times, not all of them
@@ -545,18 +613,20 @@ def measure(cfg: Config, tmp: Path, repeat: int, query_repeat: int, master: str 
             retire(kept)
     bb, sz = summarize_runs(runs["blackbox"]), summarize_runs(runs["subzero"])
     on_spark = summarize_runs(runs[ON_SPARK]) if runs[ON_SPARK] else None
-    npy = ref.summary()
+    npy, warm = summarize_references(fresh), ref.summary()
     rss = [v for v in (bb["driver_peak_rss"], sz["driver_peak_rss"]) if v is not None]
     overheads = [r["overhead_s"] for s in STRATEGIES for r in runs[s]]
     return {
         "name": cfg.name, "k": cfg.k, "shape": list(cfg.shape), "ccds": cfg.ccds,
         "cells": cfg.cells, "factor": cfg.factor, "exposure_bytes": cfg.exposure_bytes,
         "repeat": repeat, "blackbox": bb, "subzero": sz, "numpy": npy,
+        "numpy_in_process": warm,
         "executor_over_numpy": bb["runtime_s"] / npy["runtime_s"],
-        # the Spark runtime includes producing the inputs (generated in the tasks); the
-        # reference's kernels do not, so this compares like with like
-        "executor_over_numpy_with_inputs": bb["runtime_s"] / (npy["runtime_s"]
-                                                              + npy["generate_s"]),
+        # a run's runtime includes producing its inputs (generated in its tasks); the
+        # reference's kernels do not: this one compares like with like
+        "executor_over_numpy_with_inputs": bb["runtime_s"] / npy["with_inputs_s"],
+        # against the reference in this process, on memory it freed a moment before
+        "executor_over_numpy_in_process": bb["runtime_s"] / warm["runtime_s"],
         "subzero_over_blackbox": sz["runtime_s"] / bb["runtime_s"],
         # where the CLI chose its own process (a small run): the black box as Spark jobs
         "blackbox_on_spark": on_spark,
@@ -612,6 +682,8 @@ def slopes(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "blackbox_runtime": fit_slope(xs, [r["blackbox"]["runtime_s"] for r in rs]),
             "subzero_runtime": fit_slope(xs, [r["subzero"]["runtime_s"] for r in rs]),
             "numpy_runtime": fit_slope(xs, [r["numpy"]["runtime_s"] for r in rs]),
+            "numpy_in_process_runtime": fit_slope(
+                xs, [(r.get("numpy_in_process") or r["numpy"])["runtime_s"] for r in rs]),
             "driver_peak_rss": fit_slope(xs, [r["driver_peak_rss"] for r in rs]),
         }
         out["queries"] = {q: fit_slope(xs, [_query_median(r, q) for r in rs]) for q in QUERIES}
@@ -644,18 +716,25 @@ def targets(rows: list[dict[str, Any]], fitted: dict[str, Any]) -> dict[str, Any
     what = {key: text for key, text, _ in TARGETS}
     out: dict[str, Any] = {}
 
-    big = [(r["name"], r["executor_over_numpy"]) for r in shape if r["factor"] >= 16]
-    at, v = _worst(big)
+    def warm(rs: list[dict[str, Any]]) -> str:
+        """The same ratio against the reference in the benchmark's process."""
+        have = [r["executor_over_numpy_in_process"] for r in rs
+                if r.get("executor_over_numpy_in_process") is not None]
+        return (f"against the reference in the benchmark's own process (memory it freed a "
+                f"moment before) {max(have):.2f}x" if have else "")
+
+    big = [r for r in shape if r["factor"] >= 16]
+    at, v = _worst([(r["name"], r["executor_over_numpy"]) for r in big])
     out["executor_over_numpy_16x_plus"] = _target(
         limits["executor_over_numpy_16x_plus"], v, at,
-        note=None if big else "no configuration at 16x or beyond was measured")
+        note=warm(big) or None if big else "no configuration at 16x or beyond was measured")
     one = [r for r in shape if r["factor"] == 1]
     at, v = _worst([(r["name"], r["executor_over_numpy"]) for r in one])
     spark = [r["spark_over_numpy"] for r in one if r.get("blackbox_on_spark")]
+    notes = ([f"run in the CLI's own process (placement); as Spark jobs {max(spark):.2f}x"]
+             if spark else []) + ([warm(one)] if warm(one) else [])
     out["executor_over_numpy_1x"] = _target(
-        limits["executor_over_numpy_1x"], v, at,
-        note=f"run in the CLI's own process (placement); as Spark jobs {max(spark):.2f}x"
-        if spark else None)
+        limits["executor_over_numpy_1x"], v, at, note="; ".join(notes) or None)
     for key in ("subzero_over_blackbox", "lineage_over_input", "cli_overhead_s"):
         at, v = _worst([(r["name"], r[key]) for r in rows])
         out[key] = _target(limits[key], v, at)
@@ -715,6 +794,11 @@ def plot(doc: dict[str, Any], path: Path) -> None:
         for key, color in colors.items():
             axes[0].plot(xs, [r[key]["runtime_s"] for r in rs], ls, marker=marker,
                          color=color, label=f"{key} ({label})")
+        warm = [(r["cells"], r["numpy_in_process"]["runtime_s"]) for r in rs
+                if r.get("numpy_in_process")]
+        if warm:
+            axes[0].plot(*zip(*warm), ":", marker=marker, color="tab:olive",
+                         label=f"numpy, the benchmark's process ({label})")
         # where the CLI ran in its own process: the black box as Spark jobs, for comparison
         spark = [(r["cells"], (r.get("blackbox_on_spark") or r["blackbox"])["runtime_s"])
                  for r in rs if r.get("blackbox_on_spark")]
@@ -788,7 +872,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--query-repeat", type=int, default=20,
                    help="timed calls per query after the cold one (default 20)")
     p.add_argument("--master", help="Spark master URL for the runs (default the CLI's)")
+    p.add_argument("--reference-child", help=argparse.SUPPRESS)  # reference_process's
     args = p.parse_args(argv)
+    if args.reference_child:
+        print(json.dumps(reference_child(json.loads(args.reference_child))))
+        return
     quick = args.quick
     repeat = args.repeat or (1 if quick else 4)
     repeat_largest = args.repeat_largest or repeat

@@ -46,6 +46,20 @@ def test_reference_runs_every_kernel_on_whole_arrays_like_the_executor():
     assert sorted(dropped) == sorted([*wf.inputs, *wf.order])
 
 
+def test_reference_in_a_fresh_process_times_generation_and_kernels_apart():
+    cfg = bs.Config("small", 1, (120, 64), 1, 120 * 64)
+    one = bs.reference_process(cfg)
+    assert one["runtime_s"] > 0 and one["generate_s"] > 0 and one["cpu_s"] > 0
+    assert (one["host_reclaimed_bytes"] is None) == (bs.host_reclaimed() is None)
+    two = bs.summarize_references([one, {**one, "runtime_s": 3.0, "generate_s": 1.0}])
+    assert two["times"] == [one["runtime_s"], 3.0] and len(two["runs"]) == 2
+    assert math.isclose(two["with_inputs_s"],
+                        (one["runtime_s"] + one["generate_s"] + 4.0) / 2)
+    # a child that fails is a configuration that could not be measured, with its reason
+    with pytest.raises(bs.BenchError, match="numpy reference failed .*shape must be"):
+        bs.reference_process(bs.Config("tiny", 1, (4, 4), 1, 16))
+
+
 def test_slope_and_ccd_choice():
     assert math.isclose(bs.fit_slope([4, 16, 64], [1, 4, 16]), 1.0)
     assert math.isclose(bs.fit_slope([4, 16, 64], [3, 3, 3]), 0.0, abs_tol=1e-12)
@@ -84,6 +98,12 @@ def test_targets_are_evaluated_from_the_figures():
                                            "met": True, "at": "1x"}
     assert t["executor_over_numpy_16x_plus"]["value"] == 1.25
     assert t["executor_over_numpy_16x_plus"]["at"] == "16x"
+    assert "note" not in t["executor_over_numpy_16x_plus"]  # no in-process reference
+    rows[2]["executor_over_numpy_in_process"] = 2.5
+    rows[3]["executor_over_numpy_in_process"] = 2.0
+    noted = bs.targets(rows, fitted)["executor_over_numpy_16x_plus"]
+    assert noted["value"] == 1.25 and noted["met"] and "own process" in noted["note"]
+    assert "2.50x" in noted["note"]
     assert t["subzero_over_blackbox"]["at"] == "1x" and not t["subzero_over_blackbox"]["met"]
     assert t["bq_median_s"]["value"] == 0.006 and not t["bq_median_s"]["met"]
     assert t["fq0_median_s"]["at"] == "1x-ccds4:FQ0" and not t["fq0_median_s"]["met"]
@@ -133,11 +153,19 @@ def test_quick_benchmark_reports_every_configuration_and_the_targets(tmp_path):
             assert r["spark_over_numpy"] > 0
         else:
             assert r["blackbox_on_spark"] is None
-        _positive(r["numpy"], ("runtime_s",))
+        # the reference in fresh processes (one per repeat, as the runs) and in this one
+        _positive(r["numpy"], ("runtime_s", "generate_s", "cpu_s", "with_inputs_s"))
+        assert len(r["numpy"]["runs"]) == r["repeat"] == len(r["blackbox"]["times"])
+        assert r["numpy"]["with_inputs_s"] > r["numpy"]["runtime_s"]
+        _positive(r["numpy_in_process"], ("runtime_s", "generate_s"))
+        assert math.isclose(r["executor_over_numpy"],
+                            r["blackbox"]["runtime_s"] / r["numpy"]["runtime_s"])
+        assert math.isclose(r["executor_over_numpy_in_process"],
+                            r["blackbox"]["runtime_s"] / r["numpy_in_process"]["runtime_s"])
         # what the machine handed back to its host during the runs: a count, or None on
         # a kernel that does not report (each run says its own)
         reported = bs.host_reclaimed() is not None
-        for part in (r["blackbox"], r["subzero"], r["numpy"]):
+        for part in (r["blackbox"], r["subzero"], r["numpy"], r["numpy_in_process"]):
             got = part["host_reclaimed_bytes"]
             assert (got >= 0) if reported else got is None
         for run in r["blackbox"]["times"]:
