@@ -185,6 +185,8 @@ def test_run_survives_losing_a_worker_jvm(cluster, spark, tmp_path, record_prope
     partial = sorted(str(p.relative_to(home)) for p in [
         *home.glob("runs/*/arrays/**/*.partial"), *home.glob("runs/*/arrays/**/.*.tmp")])
     assert partial == [], partial
+    # the killed executor's scratch stays in the cluster's folder, not the system's /tmp
+    assert list((Path(cluster.dir) / "local").glob("spark-*/executor-*"))
 
 
 def test_master_without_live_workers_fails_in_one_line(cluster, tmp_path):

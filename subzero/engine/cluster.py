@@ -12,7 +12,8 @@ lists every worker as alive (its web UI's ``/json/``), and prints the master URL
 (``spark://127.0.0.1:PORT``) on stdout: pass it to ``subzero run --master``. Everything lives
 under ``DIR`` (default ``./subzero-cluster``): ``cluster.json`` (ports, PIDs and their start
 times), ``logs/master.log`` and ``logs/worker-<i>.log`` (the JVMs' output),
-``work/worker-<i>/`` (the executors' directories). Workers run Python tasks with this
+``work/worker-<i>/`` (the executors' directories), ``local/`` (the daemons' and executors'
+scratch, ``SPARK_LOCAL_DIRS``). Workers run Python tasks with this
 interpreter (``PYSPARK_PYTHON``).
 
 Each daemon is started in a session of its own; ``spark-class`` ``exec`` s its JVM, so the
@@ -177,10 +178,16 @@ def _pyspark_home() -> Path:
 
 
 def _env(spark_home: Path, work: Path) -> dict[str, str]:
+    """The daemons' environment: everything they write under the cluster's folder, their
+    scratch too (``SPARK_LOCAL_DIRS``: the executors' ``spark-*`` folders, which an
+    executor killed with its worker would otherwise leave in the system's temp folder)."""
+    local = work.parent / "local"
+    local.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env.update(SPARK_HOME=str(spark_home), SPARK_LOCAL_IP=HOST,
                PYSPARK_PYTHON=os.environ.get("PYSPARK_PYTHON", sys.executable),
-               SPARK_WORKER_DIR=str(work), SPARK_LOG_DIR=str(work.parent / "logs"))
+               SPARK_WORKER_DIR=str(work), SPARK_LOG_DIR=str(work.parent / "logs"),
+               SPARK_LOCAL_DIRS=str(local))
     env.pop("SPARK_CONF_DIR", None)  # the bundled defaults, not a user's cluster config
     return env
 
