@@ -12,6 +12,20 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("SUBZERO_DATA", ROOT.parent / "shared" / "data"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def spark_scratch(tmp_path_factory):
+    """Every JVM the tests start (this process's, the CLI subprocesses') keeps its scratch
+    (``spark-*``, ``blockmgr-*``) in the session's temporary folder, not the system's:
+    the tests that kill a run or its JVM on purpose left theirs in /tmp."""
+    old = os.environ.get("SPARK_LOCAL_DIRS")
+    os.environ["SPARK_LOCAL_DIRS"] = str(tmp_path_factory.mktemp("spark-scratch"))
+    yield
+    if old is None:
+        os.environ.pop("SPARK_LOCAL_DIRS", None)
+    else:
+        os.environ["SPARK_LOCAL_DIRS"] = old
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     """The one SparkSession of the test process (local[2], quiet)."""
