@@ -46,7 +46,7 @@ For each configuration:
 - the physical reference (``numpy``): the same kernels on whole numpy arrays (no Spark,
   no zarr) in a fresh process of their own, as every run is one
   (:func:`reference_process`), placed among each repeat's runs, a different place each
-  repeat: the kernels' modules imported and the inputs generated (``generate_s``), then
+  pair of repeats (:func:`repeat_order`): the kernels' modules imported and the inputs generated (``generate_s``), then
   every operator of ``wf.order`` run once on the whole array, in black-box mode
   (``runtime_s``, the median; ``with_inputs_s``, of generation plus kernels, is what a
   run's runtime compares with, as a run generates its inputs in its tasks);
@@ -557,6 +557,45 @@ def time_queries(run: Run, ccds: int, repeat: int,
 # ---------------------------------------------------------------------------------------
 
 
+def repeat_order(rep: int) -> list[str]:
+    """What repeat ``rep`` runs, in order: the two strategies interleaved, alternating
+    which goes first, so that load and place hit both alike; the black box as Spark jobs
+    between them (where the CLI ran the configuration in its own process; skipped
+    otherwise); the fresh-process reference in each place in turn, the same place for both
+    halves of a pair of repeats.
+
+    The place matters on this machine: a run right after the Spark run (whose JVM frees
+    GBs as it exits) is the quick one. A first version moved the reference every repeat,
+    which took that place from subzero twice in ten repeats and never from the black box:
+    at 16x the black box ran 2.03-2.30 s in its five runs right after the Spark run and
+    2.46-3.06 s elsewhere, and subzero over black box came out 1.12 (0.96 and 1.05 in the
+    two runs before). Over each pair of repeats, every strategy now comes after the same
+    runs as the other (:func:`predecessors`).
+
+    >>> repeat_order(0), repeat_order(1)
+    (['numpy', 'blackbox', 'blackbox-on-spark', 'subzero'], ['numpy', 'subzero', 'blackbox-on-spark', 'blackbox'])
+    >>> repeat_order(4)
+    ['blackbox', 'blackbox-on-spark', 'numpy', 'subzero']
+    """
+    order = list(STRATEGIES if rep % 2 == 0 else STRATEGIES[::-1])
+    order.insert(1, ON_SPARK)
+    order.insert((rep // 2) % 4, NUMPY)
+    return order
+
+
+def predecessors(repeats: int, spark: bool = True) -> dict[str, list[str | None]]:
+    """For each strategy, what ran right before each of its runs over ``repeats`` repeats
+    (None: first of its repeat), sorted; ``spark`` False skips the Spark run, as a
+    configuration the CLI sends to Spark anyway does."""
+    out: dict[str, list[str | None]] = {s: [] for s in STRATEGIES}
+    for rep in range(repeats):
+        order = [s for s in repeat_order(rep) if spark or s != ON_SPARK]
+        for i, s in enumerate(order):
+            if s in out:
+                out[s].append(order[i - 1] if i else None)
+    return {s: sorted(v, key=str) for s, v in out.items()}
+
+
 def measure(cfg: Config, tmp: Path, repeat: int, query_repeat: int, master: str | None,
             log: Callable[[str], None]) -> dict[str, Any]:
     """Every figure of one configuration (raises BenchError when it cannot be measured)."""
@@ -571,12 +610,7 @@ def measure(cfg: Config, tmp: Path, repeat: int, query_repeat: int, master: str 
     queries: list[dict[str, Any]] | None = None
     try:
         for rep in range(repeat):
-            # interleaved, alternating which goes first: load and order hit both alike; a
-            # configuration the CLI ran in its own process also runs as Spark jobs
-            order = list(STRATEGIES if rep % 2 == 0 else STRATEGIES[::-1])
-            order.insert(1, ON_SPARK)  # between the two, when needed (known after #0's)
-            order.insert(rep % 4, NUMPY)  # each place in turn, among the runs
-            for strategy in order:
+            for strategy in repeat_order(rep):
                 if strategy == ON_SPARK and not (runs["blackbox"]
                                                  and runs["blackbox"][0]["where"] == "driver"):
                     continue
@@ -720,8 +754,8 @@ def targets(rows: list[dict[str, Any]], fitted: dict[str, Any]) -> dict[str, Any
         """The same ratio against the reference in the benchmark's process."""
         have = [r["executor_over_numpy_in_process"] for r in rs
                 if r.get("executor_over_numpy_in_process") is not None]
-        return (f"against the reference in the benchmark's own process (memory it freed a "
-                f"moment before) {max(have):.2f}x" if have else "")
+        return (f"against the reference in the benchmark's own process {max(have):.2f}x"
+                if have else "")
 
     big = [r for r in shape if r["factor"] >= 16]
     at, v = _worst([(r["name"], r["executor_over_numpy"]) for r in big])

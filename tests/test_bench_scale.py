@@ -60,6 +60,25 @@ def test_reference_in_a_fresh_process_times_generation_and_kernels_apart():
         bs.reference_process(bs.Config("tiny", 1, (4, 4), 1, 16))
 
 
+@pytest.mark.parametrize("spark", [True, False])
+def test_every_strategy_comes_after_the_same_runs_as_the_other(spark):
+    """The place matters on this machine (a run right after the Spark run is quicker): over
+    every even count of repeats, the black box and subzero each come after the same runs,
+    and the fresh-process reference takes every place."""
+    def seen(before, other):  # the other strategy's name as one word for both
+        return sorted("the other" if b == other else str(b) for b in before)
+
+    for n in (2, 4, 6, 8, 10, 12):
+        got = bs.predecessors(n, spark)
+        assert seen(got["blackbox"], "subzero") == seen(got["subzero"], "blackbox"), (n, got)
+    eight = bs.predecessors(8)
+    assert eight["blackbox"].count(bs.ON_SPARK) == eight["subzero"].count(bs.ON_SPARK) == 3
+    assert {tuple(bs.repeat_order(r)).index(bs.NUMPY) for r in range(8)} == {0, 1, 2, 3}
+    for r in range(12):
+        order = bs.repeat_order(r)
+        assert sorted(order) == sorted([*bs.STRATEGIES, bs.ON_SPARK, bs.NUMPY])
+
+
 def test_slope_and_ccd_choice():
     assert math.isclose(bs.fit_slope([4, 16, 64], [1, 4, 16]), 1.0)
     assert math.isclose(bs.fit_slope([4, 16, 64], [3, 3, 3]), 0.0, abs_tol=1e-12)
