@@ -162,10 +162,6 @@ def _write_rtree(base: Path, sp: SpatialIndex) -> None:
     idx.close()
 
 
-def _dir_bytes(path: Path, prefix: str) -> int:
-    return sum(f.stat().st_size for f in path.iterdir() if f.name.startswith(prefix))
-
-
 def _read_meta(path: Path) -> dict[str, Any] | None:
     try:
         return json.loads((path / META).read_text())
@@ -209,9 +205,14 @@ def _host() -> str:
 
 def _remove_stale_tmp(parent: Path, chunk: str, keep: Path) -> None:
     """Remove temporary and set-aside shards of ``chunk`` left by dead writers on this host
-    (names end in ``.<host>.<pid>.<uuid>``; chunk keys contain dots, so parse from the end)."""
+    (names end in ``.<host>.<pid>.<uuid>``; chunk keys contain dots, so parse from the end).
+    One scan of ``parent`` by prefix: ``Path.glob`` compiled a pattern for every shard
+    written (0.3-0.7 ms of a small shard's 1.8)."""
     host = _host()
-    for p in [*parent.glob(f".tmp.{chunk}.*"), *parent.glob(f".old.{chunk}.*")]:
+    prefixes = (f".tmp.{chunk}.", f".old.{chunk}.")
+    with os.scandir(parent) as it:
+        found = [parent / e.name for e in it if e.name.startswith(prefixes)]
+    for p in found:
         if p == keep:
             continue
         parts = p.name.split(".")
@@ -233,11 +234,14 @@ class ShardWriter:
 
     def _make_tmp(self) -> Path:
         parent = self.dest.parent
-        parent.mkdir(parents=True, exist_ok=True)
         name = (f".tmp.{self.dest.name}.{self.spec.attempt}.{_host()}."
                 f"{os.getpid()}.{uuid.uuid4().hex[:8]}")
         self.tmp = parent / name
-        self.tmp.mkdir()
+        try:  # the strategy's folder exists for all but its first shard
+            self.tmp.mkdir()
+        except FileNotFoundError:
+            parent.mkdir(parents=True, exist_ok=True)
+            self.tmp.mkdir()
         return self.tmp
 
     def write(self, enc: EncodedShard, stats: dict[str, Any]) -> dict[str, Any]:
@@ -257,19 +261,25 @@ class ShardWriter:
         for sp in enc.rtrees:
             if len(sp.ids):  # an empty tree is simply absent
                 _write_rtree(tmp / f"rtree_{sp.name}", sp)
+        with os.scandir(tmp) as it:  # one listing: sizes, and the files to checksum
+            sizes = {e.name: e.stat().st_size for e in it}
         stats = dict(stats)
-        stats["data_bytes"] = _dir_bytes(tmp, "data.mdb")
-        stats["index_bytes"] = _dir_bytes(tmp, "rtree_")
+        stats["data_bytes"] = sum(n for f, n in sizes.items() if f.startswith("data.mdb"))
+        stats["index_bytes"] = sum(n for f, n in sizes.items() if f.startswith("rtree_"))
         stats["logical_bytes"] = enc.logical_bytes
         stats["write_s"] = time.perf_counter() - t0
         stats["attempt"] = int(self.spec.attempt)
         meta["format"] = FORMAT
         meta["attempt"] = int(self.spec.attempt)
-        meta["files"] = {f.name: f.stat().st_size for f in tmp.iterdir()}
+        meta["files"] = sizes
         stats["path"] = str(self.dest)
         meta["stats"] = stats
-        (tmp / META).write_text(json.dumps(meta, default=json_default))
-        stats = dict(stats, checksum=shard_checksum(tmp))  # every file, meta.json too
+        text = json.dumps(meta, default=json_default).encode()
+        with open(tmp / META, "wb") as f:
+            f.write(text)
+        crcs = {name: _crc32(tmp / name) for name in sizes}
+        crcs[META] = zlib.crc32(text)  # what was just written, not read back
+        stats = dict(stats, checksum=_checksum_text(crcs))  # every file, meta.json too
         return self.publish(stats)
 
     def publish(self, stats: dict[str, Any]) -> dict[str, Any]:
@@ -499,8 +509,12 @@ def shard_checksum(path: str | os.PathLike) -> str:
     CRC-32 detects the damage a disk or a stray write does (any burst up to 32 bits, any
     odd number of flipped bits) at several GB/s; shards are not secrets.
     """
-    files = sorted(f for f in Path(path).iterdir() if f.is_file())
-    return "crc32:" + ",".join(f"{f.name}={_crc32(f):08x}" for f in files)
+    return _checksum_text({f.name: _crc32(f) for f in Path(path).iterdir() if f.is_file()})
+
+
+def _checksum_text(crcs: dict[str, int]) -> str:
+    """``crc32:NAME=HEX,...`` of each file's CRC-32, by name."""
+    return "crc32:" + ",".join(f"{name}={crcs[name]:08x}" for name in sorted(crcs))
 
 
 def check_shard_files(path: str | os.PathLike, checksum: str | None) -> str | None:

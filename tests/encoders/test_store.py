@@ -46,6 +46,22 @@ def test_retried_task_replaces_the_earlier_shard(tmp_path):
         assert r.backward(np.array([0], np.uint64), 0).tolist() == [3, 4]
 
 
+@pytest.mark.parametrize("strategy", ["full-one-bwd", "full-many-bwd"])
+def test_a_shard_records_its_files_and_the_checksum_of_what_it_published(tmp_path, strategy):
+    """The checksum a writer records (meta.json's CRC from the bytes it wrote, the others'
+    read back) is the published directory's; meta.json lists every other file's size."""
+    stats = write_shard(tmp_path, strategy, stencil_pairs(300), (300,), [(300,)])
+    path = Path(stats["path"])
+    assert stats["checksum"] == store.shard_checksum(path)
+    assert store.check_shard_files(path, stats["checksum"]) is None
+    meta = json.loads((path / "meta.json").read_text())
+    on_disk = {f.name: f.stat().st_size for f in path.iterdir() if f.name != "meta.json"}
+    assert meta["files"] == on_disk and "data.mdb" in on_disk
+    assert stats["data_bytes"] == on_disk["data.mdb"]
+    assert stats["index_bytes"] == sum(n for f, n in on_disk.items() if f.startswith("rtree_"))
+    assert (stats["index_bytes"] > 0) == (strategy == "full-many-bwd")
+
+
 def test_an_earlier_attempt_never_replaces_a_later_one(tmp_path):
     write_shard(tmp_path, "full-one-bwd", stencil_pairs(10, shift=2), (10,), [(10,)],
                 attempt=2)
