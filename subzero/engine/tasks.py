@@ -56,6 +56,9 @@ class TaskJob:
     #: per input, the earlier step of a fused task whose output block it reads from memory
     #: (None: read from ``in_paths``)
     memory: tuple[str | None, ...] = ()
+    #: write the output's chunk files past the page cache (no later stage reads them:
+    #: :class:`subzero.engine.arrays.DirectWrites`)
+    direct: bool = False
 
 
 @dataclass(frozen=True)
@@ -124,9 +127,10 @@ def _storer() -> ThreadPoolExecutor:
     return arrays.thread_pool("subzero-store", 1)
 
 
-def _timed_write(path: Path, box: Box, block: np.ndarray) -> float:
+def _timed_write(path: Path, box: Box, block: np.ndarray,
+                 direct: list[Any] | None = None) -> float:
     t = time.perf_counter()
-    arrays.write_block(path, box, block)
+    arrays.write_block(path, box, block, direct)
     return time.perf_counter() - t
 
 
@@ -233,7 +237,8 @@ def _inputs(job: TaskJob, boxes: Sequence[Box], memory: Memory, producers: Produ
 
 
 def run_task(job: TaskJob, memory: Memory | None = None, producers: Producers | None = None,
-             stores: list[tuple[dict[str, Any], Future]] | None = None) -> dict[str, Any]:
+             stores: list[tuple[dict[str, Any], Future]] | None = None,
+             written: list[Any] | None = None) -> dict[str, Any]:
     """Run one task (inside a Spark worker, or on the driver). Never raises: errors come
     back as data so the driver can report them in one line.
 
@@ -241,10 +246,15 @@ def run_task(job: TaskJob, memory: Memory | None = None, producers: Producers | 
     (:func:`run_group`), ``producers`` those steps (to compute a halo beyond the chunk);
     this step's output block is added to ``memory``. With ``stores`` (a fused task's), the
     step's shards are stored on the storing thread while the task goes on: ``(result,
-    future)`` is appended, and :func:`settle_stores` completes the result.
+    future)`` is appended, and :func:`settle_stores` completes the result. With
+    ``written`` (a fused task's), the futures of the chunk files written past the page
+    cache (``job.direct``) are appended for the task to wait for; without, this step waits
+    for them before it returns.
     """
     t0 = time.perf_counter()
     res: dict[str, Any] = {"chunk": job.chunk.index, "shards": []}
+    own: list[Any] = []
+    direct = (own if written is None else written) if job.direct else None
     try:
         op, ch = job.op, job.chunk
         blocks = _inputs(job, ch.in_boxes, memory if memory is not None else {},
@@ -269,9 +279,10 @@ def run_task(job: TaskJob, memory: Memory | None = None, producers: Producers | 
         if job.out_path is not None:
             out = _stored_dtype(out, op.out_dtype)
             if job.strategies:  # the chunk is written while the lineage is stored
-                writing = _writer().submit(_timed_write, Path(job.out_path), ch.out_box, out)
+                writing = _writer().submit(_timed_write, Path(job.out_path), ch.out_box, out,
+                                           direct)
             else:
-                arrays.write_block(Path(job.out_path), ch.out_box, out)
+                arrays.write_block(Path(job.out_path), ch.out_box, out, direct)
         if memory is not None:
             memory[op.name] = (ch.out_box, out)
         t_write = time.perf_counter()
@@ -297,6 +308,11 @@ def run_task(job: TaskJob, memory: Memory | None = None, producers: Producers | 
         )
     except Exception as e:  # noqa: BLE001 - reported by the driver in one line
         _failed(res, e)
+    try:
+        arrays.wait_written(own)  # its own: a fused task's wait for the task's end
+    except Exception as e:  # noqa: BLE001 - reported by the driver in one line
+        if "error" not in res:
+            _failed(res, e)
     res["task_s"] = time.perf_counter() - t0
     return res
 
@@ -331,6 +347,7 @@ def run_group(job: GroupJob) -> list[dict[str, Any]]:
     memory: Memory = {}
     producers: Producers = {}
     stores: list[tuple[dict[str, Any], Future]] = []
+    written: list[tuple[dict[str, Any], list[Any]]] = []  # per step: its direct writes
     out = []
     ok = False
     try:
@@ -339,13 +356,22 @@ def run_group(job: GroupJob) -> list[dict[str, Any]]:
                 res = run_input(step, memory)
                 producers[step.name] = step
             else:
-                res = run_task(step, memory, producers, stores)
+                mine: list[Any] = []
+                res = run_task(step, memory, producers, stores, mine)
+                written.append((res, mine))
                 producers[step.op.name] = step
             out.append(res)
             if "error" in res:
                 break
         ok = "error" not in out[-1] if out else True
     finally:
+        for res, mine in written:  # every chunk in place before the task returns
+            try:
+                arrays.wait_written(mine)
+            except Exception as e:  # noqa: BLE001 - reported by the driver in one line
+                if "error" not in res:
+                    _failed(res, e)  # the step whose chunk it was
+                ok = False
         if ok and _deferring:  # the driver settles them (settle_deferred)
             for res, fut in stores:
                 res[_PENDING] = fut
