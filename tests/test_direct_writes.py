@@ -168,3 +168,27 @@ def test_a_small_chunk_file_goes_to_the_page_cache(tmp_path, monkeypatch):
     arrays.write_block(path, Box.full(data.shape), data, pending)
     assert pending == []  # written at once, as without direct
     assert np.array_equal(arrays.read_array(path), data)
+
+
+def test_a_file_system_that_refuses_the_direct_write_itself_gets_an_ordinary_one(
+        tmp_path, monkeypatch):
+    """Some file systems take the O_DIRECT open and refuse the write (EINVAL)."""
+    real_write = os.write
+    refused = []
+
+    def picky(fd, buf):  # the first direct write is refused
+        if not refused:
+            refused.append(len(buf))
+            raise OSError(22, "Invalid argument")
+        return real_write(fd, buf)
+
+    monkeypatch.setattr(arrays, "_direct_writes", arrays.DirectWrites())
+    monkeypatch.setattr(os, "write", picky)
+    data = np.arange(3000.0).reshape(60, 50)
+    path = tmp_path / "a.zarr"
+    _array(path, data, (30, 50))
+    pending: list = []
+    arrays.write_block(path, Box.full(data.shape), data, pending)
+    arrays.wait_written(pending)
+    assert refused and np.array_equal(arrays.read_array(path), data)
+    assert not list(path.glob("c/**/.*.tmp"))

@@ -17,6 +17,7 @@ their own codec, which their metadata names). A chunk that compresses by less th
 
 from __future__ import annotations
 
+import errno
 import itertools
 import json
 import mmap
@@ -273,15 +274,22 @@ class DirectWrites:
                 except OSError:  # EINVAL: this file system has no O_DIRECT
                     self._refused.add(dev)
             try:
-                if fd is None:
-                    with open(tmp, "wb") as out:
-                        out.write(memoryview(buf)[:n])
-                else:
+                if fd is not None:
                     try:
                         os.write(fd, memoryview(buf)[:size])
                         os.ftruncate(fd, n)
+                    except OSError as e:
+                        if e.errno != errno.EINVAL:
+                            raise
+                        self._refused.add(dev)  # opened, but refuses the write itself
+                        closing, fd = fd, None
+                        os.close(closing)
                     finally:
-                        os.close(fd)
+                        if fd is not None:
+                            os.close(fd)
+                if fd is None:
+                    with open(tmp, "wb") as out:
+                        out.write(memoryview(buf)[:n])
             except BaseException:
                 tmp.unlink(missing_ok=True)  # a failed write leaves no stray file
                 raise
