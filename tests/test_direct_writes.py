@@ -61,26 +61,32 @@ def test_direct_writes_leave_the_bytes_an_ordinary_write_leaves(tmp_path, dtype,
     assert not list(direct.glob("c/**/.*.tmp"))
 
 
-def test_a_file_system_without_o_direct_gets_an_ordinary_write(tmp_path, monkeypatch):
-    real_open = os.open
+@pytest.mark.parametrize("refuses", ["open", "write"])
+def test_a_file_system_refusing_o_direct_gets_an_ordinary_write(tmp_path, monkeypatch,
+                                                                 refuses):
+    """A file system that refuses O_DIRECT (tmpfs: at the open; some others: at the write
+    itself, EINVAL) gets an ordinary write, and is asked once."""
+    real = {"open": os.open, "write": os.write}[refuses]
     refused = []
 
-    def no_direct(path, flags, *a):
-        if flags & os.O_DIRECT:
-            refused.append(path)
+    def picky(*a):
+        direct = (a[1] & os.O_DIRECT) if refuses == "open" else True
+        if direct and not refused:
+            refused.append(a[0])
             raise OSError(22, "Invalid argument")
-        return real_open(path, flags, *a)
+        return real(*a)
 
     monkeypatch.setattr(arrays, "_direct_writes", arrays.DirectWrites())
-    monkeypatch.setattr(os, "open", no_direct)
-    data = np.arange(2000.0).reshape(40, 50)
+    monkeypatch.setattr(os, refuses, picky)
+    data = np.arange(3000.0).reshape(60, 50)  # two chunk files
     path = tmp_path / "a.zarr"
-    _array(path, data, (20, 50))
+    _array(path, data, (30, 50))
     pending: list = []
     arrays.write_block(path, Box.full(data.shape), data, pending)
     arrays.wait_written(pending)
+    assert len(refused) == 1  # the second chunk went straight to an ordinary write
     assert np.array_equal(arrays.read_array(path), data)
-    assert len(refused) == 1  # asked once, then that file system is known
+    assert not list(path.glob("c/**/.*.tmp"))
 
 
 def test_a_failed_write_raises_and_leaves_no_file(tmp_path, monkeypatch):
@@ -169,26 +175,3 @@ def test_a_small_chunk_file_goes_to_the_page_cache(tmp_path, monkeypatch):
     assert pending == []  # written at once, as without direct
     assert np.array_equal(arrays.read_array(path), data)
 
-
-def test_a_file_system_that_refuses_the_direct_write_itself_gets_an_ordinary_one(
-        tmp_path, monkeypatch):
-    """Some file systems take the O_DIRECT open and refuse the write (EINVAL)."""
-    real_write = os.write
-    refused = []
-
-    def picky(fd, buf):  # the first direct write is refused
-        if not refused:
-            refused.append(len(buf))
-            raise OSError(22, "Invalid argument")
-        return real_write(fd, buf)
-
-    monkeypatch.setattr(arrays, "_direct_writes", arrays.DirectWrites())
-    monkeypatch.setattr(os, "write", picky)
-    data = np.arange(3000.0).reshape(60, 50)
-    path = tmp_path / "a.zarr"
-    _array(path, data, (30, 50))
-    pending: list = []
-    arrays.write_block(path, Box.full(data.shape), data, pending)
-    arrays.wait_written(pending)
-    assert refused and np.array_equal(arrays.read_array(path), data)
-    assert not list(path.glob("c/**/.*.tmp"))
