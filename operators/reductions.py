@@ -31,6 +31,7 @@ import numpy as np
 from operators.base import MappingOperator
 from operators.geometry import axis_strides, outer_linear
 from operators.parse import dtype_spec, parse_axes, parse_dtype, who
+from operators.partials import combine_sums, sum_partial
 from subzero.cells import Box, Ragged, any_over
 from subzero.errors import WorkflowError
 from subzero.operator import BLOCKWISE, GLOBAL, Parallelism
@@ -198,6 +199,57 @@ class Reduce(MappingOperator):
         # broadcast: a read-only view, which the writer copies a chunk at a time (a global
         # mean at 64x would otherwise fill 525 MB of fresh memory before writing any)
         return np.broadcast_to(r, ctx.chunk.out_box.shape) if self.broadcast else r
+
+    # -- a global reduction from its input's chunks ----------------------------------------
+    def _combining(self) -> str | None:
+        """How partials combine to the bits of the whole-array reduction: ``"tree"`` (a
+        float64 sum or mean: numpy's pairwise summation tree, :mod:`operators.partials`),
+        ``"any-order"`` (min, max, any, all; integer sums, exact in any order), or None."""
+        dt, func = self.in_dtypes[0], self.func
+        if func in ("min", "max", "any", "all") and dt.kind in "biuf":
+            return "any-order"
+        acc = np.dtype(self.dtype) if self.dtype is not None else None
+        if func == "sum" and dt.kind in "biu" and (acc is None or acc.kind in "iu"):
+            return "any-order"
+        f8 = np.dtype(np.float64)
+        if func in ("sum", "mean") and dt == f8 and acc in (None, f8):
+            return "tree"
+        return None
+
+    def combines(self, in_chunks: Shape) -> bool:
+        """A global sum, mean, min, max, any or all (see :meth:`_combining` for the dtypes)
+        of an input chunked in whole rows (a contiguous range of its values each)."""
+        shape = self.in_shapes[0]
+        return (self.parallelism is GLOBAL and len(shape) > 0 and all(n > 0 for n in shape)
+                and tuple(in_chunks[1:]) == tuple(shape[1:])
+                and self._combining() is not None)
+
+    def _kw(self) -> dict[str, Any]:
+        return {"dtype": self.dtype} if self.dtype is not None and self.func in _TAKES_DTYPE else {}
+
+    def partial(self, block: np.ndarray, box: Box) -> Any:
+        if self._combining() == "tree":
+            row = int(np.prod(self.in_shapes[0][1:], dtype=np.int64))
+            values = np.ascontiguousarray(block, dtype=np.float64).reshape(-1)
+            return sum_partial(values, box.lo[0] * row, int(np.prod(self.in_shapes[0])))
+        return REDUCERS[self.func](np.asarray(block), **self._kw())
+
+    def combine(self, parts: Sequence[tuple[Box, Any]]) -> np.ndarray:
+        """:func:`reduce` of the whole input, bit for bit, from the chunks' partials."""
+        if self._combining() == "tree":
+            n = int(np.prod(self.in_shapes[0]))
+            total = combine_sums([p for _, p in parts], n)
+            value = np.asarray(total / n if self.func == "mean" else total)
+        else:
+            value = np.asarray(REDUCERS[self.func](np.array([p for _, p in parts]), **self._kw()))
+        nd = len(self.in_shapes[0])
+        value = value.reshape((1,) * nd if self.keepdims else ())
+        return value.astype(self.out_dtype, copy=False)
+
+    def run_combined(self, ctx: TaskContext, combined: Any) -> np.ndarray:
+        if ctx.full:
+            self.trace(ctx)
+        return np.broadcast_to(combined, ctx.chunk.out_box.shape) if self.broadcast else combined
 
     # -- lineage ---------------------------------------------------------------------------
     def _kept_mask_from_out(self, frontier_out: np.ndarray) -> np.ndarray:

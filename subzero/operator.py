@@ -169,6 +169,29 @@ class Operator(ABC):
     def run(self, ctx: TaskContext, *inputs: np.ndarray) -> np.ndarray:
         """Compute the output block ``ctx.chunk.out_box`` from the input blocks."""
 
+    # -- a global operator from its input's chunks (optional) ------------------------------
+    def combines(self, in_chunks: Shape) -> bool:
+        """Whether this global operator (one input) can be computed from a small *partial*
+        of each chunk of its input (chunks of shape ``in_chunks``), combined, instead of one
+        task reading the whole input: the tasks that make the input's chunks compute the
+        partials (:meth:`partial`), the driver combines them (:meth:`combine`), and the
+        operator's tasks make its output chunks from the result (:meth:`run_combined`),
+        the same bits as :meth:`run` on the whole input. Default: no."""
+        return False
+
+    def partial(self, block: np.ndarray, box: Box) -> Any:
+        """The partial of input block ``box`` (plain, small, picklable data)."""
+        raise NotImplementedError(f"operator {self.name!r} does not combine partials")
+
+    def combine(self, parts: Sequence[tuple[Box, Any]]) -> Any:
+        """The combined result of the partials of every chunk of the input."""
+        raise NotImplementedError(f"operator {self.name!r} does not combine partials")
+
+    def run_combined(self, ctx: TaskContext, combined: Any) -> np.ndarray:
+        """Output block ``ctx.chunk.out_box`` from :meth:`combine`'s result (and its lineage,
+        as :meth:`run` reports it)."""
+        raise NotImplementedError(f"operator {self.name!r} does not combine partials")
+
     # -- mapping functions (vectorized over frontiers) -------------------------------------
     def map_b(self, frontier_out: np.ndarray, i: int) -> np.ndarray:
         """Backward mapping: input-``i`` cells the output frontier depends on (bool array)."""

@@ -95,6 +95,67 @@ def test_plan_of_astronomy_is_a_dag_covering_every_step_once():
         assert len(exps) <= 1 or {"sumexp", "maskexp"} & set(st.names), st.names
 
 
+def _reduced_input(shape=SHAPE) -> Workflow:
+    """Global reductions of a workflow input itself (its partials made by the input's
+    tasks) and of an operator's output."""
+    wf = Workflow("reduced")
+    wf.input("x", shape, "uint16", blocks=_ramp)
+    wf.add("top", Reduce("max"), "x")
+    wf.add("total", Reduce("sum", keepdims=False), "x")
+    wf.add("d", Binary("subtract"), "x", "top")
+    wf.add("f", Cast("float64"), "d")
+    wf.add("bg", MeanBroadcast(), "f")
+    wf.add("e", Binary("subtract"), "f", "bg")
+    wf.validate()
+    return wf
+
+
+def test_global_reductions_of_row_chunks_combine_from_partials():
+    """A global mean, max or sum is computed from partials of its input's chunks when they
+    are whole rows and it stores no lineage; it then starts a stage the next steps join."""
+    wf, chunked = chain(), {"x", "y"}
+    rows, tiles = Chunking(split=(2, 1)), Chunking(split=2)
+    assert runner.combined_ops(wf, rows, wf.plan("subzero"), chunked) == {"m", "bg"}
+    assert runner.combined_ops(wf, rows, wf.plan("blackbox"), chunked) == {"m", "bg"}
+    assert runner.combined_ops(wf, tiles, wf.plan("subzero"), chunked) == {"m"}  # 1 x 1
+    stored = wf.plan({"bg": ["full-one-bwd"], "m": ["map", "full-one-bwd"]})
+    assert runner.combined_ops(wf, rows, stored, chunked) == set()  # one shard, not a chunk's
+    assert runner.combined_ops(wf, rows, wf.plan("subzero"), {"y"}) == {"m", "bg"}
+    plan = plan_stages(wf, chunked, rows.chunk_shape, combined={"m", "bg"})
+    assert [st.names for st in plan] == [
+        ["x", "f", "g", "h", "k"], ["y"], ["corner"], ["m"], ["d"], ["bg", "e"]]
+    assert not any(st.global_ for st in plan)
+    # an input the driver stores whole has no tasks to make partials
+    ri = _reduced_input()
+    assert runner.combined_ops(ri, rows, ri.plan("subzero"), {"x"}) == {"top", "total", "bg"}
+    assert runner.combined_ops(ri, rows, ri.plan("subzero"), set()) == {"bg"}
+
+
+@pytest.mark.parametrize("make,split,where", [
+    (chain, (3, 1), "spark"), (chain, (5, 1), "driver"), (chain, 2, "driver"),
+    (_reduced_input, (4, 1), "spark"), (_reduced_input, None, "driver"),
+    (lambda: astronomy.build(shape=(64, 48), seed=2), None, "driver"),
+])
+def test_a_combined_run_writes_what_one_global_task_writes(spark, home, monkeypatch, make,
+                                                           split, where):
+    """The same bits as the global operators' one task reading their whole input."""
+    wf = make()
+    ch = Chunking(split=split) if split else Chunking()
+    session = spark if where == "spark" else None
+    combined = run_workflow(wf, home, strategy="subzero", chunking=ch, spark=session,
+                            where=where)
+    monkeypatch.setattr(runner, "combined_ops", lambda *a, **k: frozenset())
+    whole = run_workflow(make(), home, strategy="subzero", chunking=ch, spark=session,
+                         where=where)
+    assert combined.stages <= whole.stages
+    if split != 2:  # with whole rows the means' stages are gone or joined by the next step
+        assert combined.stages < whole.stages
+    assert_same_runs(home, combined.run, whole.run, wf)
+    ra, rb = Run(load_run(home, combined.run)), Run(load_run(home, whole.run))
+    for q in wf.queries:
+        assert np.array_equal(ra.named_query(q).linear, rb.named_query(q).linear), q
+
+
 @pytest.mark.parametrize("split", [1, 2, (5, 1), 7])
 def test_fused_concurrent_run_writes_what_an_unfused_serial_run_writes(spark, home, split):
     wf = chain()

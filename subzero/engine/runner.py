@@ -39,7 +39,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -84,7 +84,8 @@ class RunResult:
     input_bytes: int
     lineage_bytes: int
     operators: list[dict[str, Any]] = field(default_factory=list)
-    #: the Spark jobs the run took (fused stages), and how many ran at once at most
+    #: the fused stages the run took, and how many ran at once at most (side by side in
+    #: one Spark job, or in jobs of their own)
     stages: int = 0
     concurrency: int = 1
     #: the driver process's peak resident memory (bytes) when the run ended
@@ -134,6 +135,12 @@ class _Run:
     #: the operators whose arrays no later stage reads: written past the page cache
     #: (:func:`direct_arrays`)
     direct: frozenset[str] = frozenset()
+    #: global operators computed from partials of their input's chunks
+    #: (:func:`combined_ops`), the partials received so far for each, and, per array, the
+    #: combined operators that read it (its tasks compute their partials)
+    combined: frozenset[str] = frozenset()
+    parts: dict[str, list[tuple[Box, Any]]] = field(default_factory=dict)
+    partial_of: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass
@@ -274,12 +281,63 @@ def _op_jobs(r: _Run, name: str, fused: set[str]) -> list[TaskJob]:
         [s.name for s in strategies], str(op.parallelism),
     )
     out_chunks = r.chunking.chunk_shape(op.out_shape)
+    combined = name in r.combined
+    boxes = chunk_grid(op.out_shape, out_chunks) if combined else task_grid(op, out_chunks)
     jobs = make_jobs(r.home, r.rid, op, [r.paths[s] for s in node.inputs], r.paths[name],
-                     task_grid(op, out_chunks), strategies, capture_modes(strategies))
+                     boxes, strategies, capture_modes(strategies))
     memory = tuple(s if s in fused else None for s in node.inputs)
+    extra: dict[str, Any] = {}
+    if combined:  # its input's stage has ended: every chunk's partial is in
+        extra["combined"] = op.combine(r.parts.pop(name))
+        memory = ()
+    if name in r.partial_of:
+        extra["partials"] = tuple(r.wf.ops[c] for c in r.partial_of[name])
     if name in r.direct:
-        jobs = [replace(j, direct=True) for j in jobs]
-    return [replace(j, memory=memory) for j in jobs] if any(memory) else jobs
+        extra["direct"] = True
+    if any(memory):
+        extra["memory"] = memory
+    return [replace(j, **extra) for j in jobs] if extra else jobs
+
+
+def combined_ops(wf: Workflow, chunking: Chunking, plan: Mapping[str, Sequence[Strategy]],
+                 chunked: Collection[str]) -> frozenset[str]:
+    """The global operators a run computes from partials of their input's chunks
+    (:meth:`subzero.operator.Operator.combines`: a global mean, sum, min, max...): the tasks
+    that make the input's chunks reduce each to a partial, the driver combines them, and
+    the operator's tasks write its chunks from the result, reading nothing, the next steps
+    fused after them. At 64x, ``bgmean`` was one task decoding its whole 525 MB input.
+    Only where the input is made by tasks (an operator's output, or an input produced
+    chunk by chunk), and where the operator stores no lineage (its shards would be one per
+    output chunk, where queries read a global operator's one)."""
+    out = set()
+    for name in wf.order:
+        op, node = wf.ops[name], wf.nodes[name]
+        if op.parallelism.kind != "global" or len(node.inputs) != 1:
+            continue
+        src = node.inputs[0]
+        if (src in wf.inputs and src not in chunked) or any(s.stored for s in plan[name]):
+            continue
+        if op.combines(chunking.chunk_shape(op.in_shapes[0])):
+            out.add(name)
+    return frozenset(out)
+
+
+def _partial_of(wf: Workflow, combined: Collection[str]) -> dict[str, tuple[str, ...]]:
+    """Per array, the combined operators that read it."""
+    out: dict[str, tuple[str, ...]] = {}
+    for name in wf.order:
+        if name in combined:
+            src = wf.nodes[name].inputs[0]
+            out[src] = (*out.get(src, ()), name)
+    return out
+
+
+def _take_partials(r: _Run, results: Sequence[Sequence[dict[str, Any]]]) -> None:
+    """Move the partials a stage's tasks computed out of their results, to ``r.parts``."""
+    for chunk in results:
+        for res in chunk:
+            for name, part in res.pop("partials", {}).items():
+                r.parts.setdefault(name, []).append(part)
 
 
 def direct_arrays(wf: Workflow, stages: Sequence[Stage]) -> frozenset[str]:
@@ -298,7 +356,8 @@ def _input_jobs(r: _Run, name: str, source: Callable[[Box], np.ndarray]) -> list
     spec = r.wf.inputs[name]
     chunks = r.chunking.chunk_shape(spec.shape)
     path = r.paths[name]
-    return [InputJob(name, idx, box, source, spec.dtype, str(path))
+    partials = tuple(r.wf.ops[c] for c in r.partial_of.get(name, ()))
+    return [InputJob(name, idx, box, source, spec.dtype, str(path), partials)
             for idx, box in chunk_grid(spec.shape, chunks)]
 
 
@@ -357,8 +416,8 @@ def _run_stage_jobs(spark: Any, jobs: list[GroupJob], label: str, threads: int =
     return results, time.perf_counter() - t0
 
 
-def _stage_cells(wf: Workflow, st: Stage) -> int:
-    """Cells a stage's tasks write and read."""
+def _stage_cells(wf: Workflow, st: Stage, combined: Collection[str] = ()) -> int:
+    """Cells a stage's tasks write and read (a combined operator reads none)."""
     total = 0
     for n in st.names:
         if n in wf.inputs:
@@ -366,7 +425,8 @@ def _stage_cells(wf: Workflow, st: Stage) -> int:
             continue
         op = wf.ops[n]
         full = Box.full(op.out_shape)
-        boxes = [full, *(op.input_box(full, i) for i in range(len(op.in_shapes)))]
+        boxes = [full] if n in combined else [
+            full, *(op.input_box(full, i) for i in range(len(op.in_shapes)))]
         total += sum(size_of(b.shape) for b in boxes)
     return total
 
@@ -428,7 +488,7 @@ def _ranks(r: _Run, stages: list[Stage]) -> dict[int, int]:
     for st in stages:
         for d in st.deps:
             after[d].append(st.id)
-    cells = {st.id: _stage_cells(r.wf, st) for st in stages}
+    cells = {st.id: _stage_cells(r.wf, st, r.combined) for st in stages}
     rank: dict[int, int] = {}
 
     def visit(sid: int) -> int:
@@ -484,7 +544,7 @@ def _execute(r: _Run, stages: list[Stage], sources: Mapping[str, Callable[[Box],
              workers: int, bar: Any) -> int:
     """Run every stage once its dependencies are done, up to ``workers`` Spark jobs at a
     time, stages on the longest chain first; record each as it completes. Returns how many
-    jobs ran at once at most."""
+    stages ran at once at most (stages batched into one job count each)."""
     pending = {st.id: st for st in stages}
     done: set[int] = set()
     running: dict[Future, list[Stage]] = {}
@@ -508,7 +568,7 @@ def _execute(r: _Run, stages: list[Stage], sources: Mapping[str, Callable[[Box],
                 for st in batch:
                     del pending[st.id]
                 jobs = _submit_batch(r, batch, sources)
-                cells = sum(_stage_cells(r.wf, st) for st in batch)
+                cells = sum(_stage_cells(r.wf, st, r.combined) for st in batch)
                 spark = None if cells <= DRIVER_STAGE_CELLS else r.spark
                 label = "; ".join(_stage_label(st) for st in batch)
                 running[pool.submit(_run_stage_jobs, spark, jobs, f"{r.rid}: {label}",
@@ -517,7 +577,7 @@ def _execute(r: _Run, stages: list[Stage], sources: Mapping[str, Callable[[Box],
         try:
             while pending or running:
                 submit_ready()
-                most = max(most, len(running))
+                most = max(most, sum(map(len, running.values())))
                 if not running:
                     raise RuntimeError(f"stages {sorted(pending)} wait on each other")
                 finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
@@ -525,12 +585,13 @@ def _execute(r: _Run, stages: list[Stage], sources: Mapping[str, Callable[[Box],
                 for fut in sorted(finished, key=lambda f: running[f][0].id):
                     batch = running.pop(fut)
                     results, wall = fut.result()
+                    _take_partials(r, results)
                     ended.append((batch, _split(r, batch, results), wall))
                     if early:
                         done.update(st.id for st in batch)
                 if early and pending:
                     submit_ready()
-                    most = max(most, len(running))
+                    most = max(most, sum(map(len, running.values())))
                 for batch, parts, wall in ended:
                     for mine in parts:  # their dependents run meanwhile
                         settle_deferred(mine)
@@ -553,10 +614,10 @@ def _execute(r: _Run, stages: list[Stage], sources: Mapping[str, Callable[[Box],
 
 
 def _place(wf: Workflow, stages: list[Stage], where: str, master: str, cores: int,
-           warm: bool) -> Placement:
+           warm: bool, combined: Collection[str] = ()) -> Placement:
     """Where the run executes (:func:`subzero.engine.placement.place`): its stages' cells,
     and the Spark jobs it would take (:func:`spark_jobs`)."""
-    cells = [_stage_cells(wf, st) for st in stages]
+    cells = [_stage_cells(wf, st, combined) for st in stages]
     return place(where, cells, spark_jobs(stages, cells), cores,
                  local=local_cores(master) is not None, warm=warm)
 
@@ -754,8 +815,9 @@ def run_workflow(
         chunking = chunking.with_tasks(default_tasks(wf, cores))
     if workers is None:
         workers = 1 if max_disk is not None else max(2, cores)
-    stages = plan_stages(wf, set(sources), chunking.chunk_shape, fuse=fuse)
-    placed = _place(wf, stages, where, want, cores, warm)
+    combined = combined_ops(wf, chunking, resolved, set(sources))
+    stages = plan_stages(wf, set(sources), chunking.chunk_shape, fuse=fuse, combined=combined)
+    placed = _place(wf, stages, where, want, cores, warm, combined)
     arrays.preload()  # the run writes arrays: the codecs' import is setup, not run time
     if placed.where == "driver":
         spark = None
@@ -773,7 +835,8 @@ def run_workflow(
         master=want, chunking=chunking.to_json(), placement=placed.to_json(),
     )
     r = _Run(wf, home, rid, cat, chunking, spark, max_disk, resolved, origins=origins,
-             threads=cores, direct=direct_arrays(wf, stages))
+             threads=cores, direct=direct_arrays(wf, stages), combined=combined,
+             partial_of=_partial_of(wf, combined))
     t_start = time.perf_counter()
     bar = _progress(len(wf.order), progress, notify)
     try:

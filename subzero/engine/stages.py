@@ -11,7 +11,8 @@ An operator ``B`` joins the stage ``G`` of one of its inputs when
 
 - ``B`` and ``G`` have the same output shape, so the same chunk grid;
 - ``B`` is not global, and ``G`` is not a global operator's stage (global operators, means
-  and labels, run alone in one task and end a fused chain);
+  and labels, run alone in one task and end a fused chain; a global reduction combined from
+  its input's chunks starts a stage that later steps join: see :func:`plan_stages`);
 - for every chunk, each input ``B`` takes from ``G`` lies inside that chunk (elementwise
   operators, blockwise ones), or is the chunk with a small halo (a stencil: the task
   computes the halo's cells again from the steps before, black box, without writing them
@@ -96,13 +97,28 @@ def _ancestors(stages: list[Stage], sid: int) -> set[int]:
 
 
 def plan_stages(wf: Workflow, chunked_inputs: Collection[str], chunk_shape: ChunkShape,
-                fuse: bool = True) -> list[Stage]:
+                fuse: bool = True, combined: Collection[str] = ()) -> list[Stage]:
     """The stages of a run of the validated ``wf``, in an order that respects their
     dependencies.
 
     ``chunked_inputs`` are the inputs the tasks produce chunk by chunk (each starts a stage);
     the others are stored by the driver before any stage runs. ``chunk_shape(shape)`` is the
     run's chunking. ``fuse=False`` gives one stage per step (the unfused baseline).
+    ``combined`` names global operators computed from partials of their input's chunks
+    (:meth:`subzero.operator.Operator.combines`): such an operator reads no input, so it
+    starts a stage of one task per output chunk, after its input's stage, and the steps
+    after it may fuse into that stage.
+
+    >>> import numpy as np
+    >>> from operators import Binary, Cast, MeanBroadcast
+    >>> wf = Workflow("w")
+    >>> _ = wf.input("x", (8, 4), "uint16", blocks=lambda b: np.ones(b.shape, np.uint16))
+    >>> _ = wf.add("f", Cast("float64"), "x")
+    >>> _ = wf.add("m", MeanBroadcast(), "f")
+    >>> _ = wf.add("d", Binary("subtract"), "f", "m")
+    >>> _ = wf.validate()
+    >>> [g.names for g in plan_stages(wf, {"x"}, lambda shape: (4, 4), combined={"m"})]
+    [['x', 'f'], ['m', 'd']]
     """
     stages: list[Stage] = []
     where: dict[str, int] = {}  # array name -> stage that produces it
@@ -113,9 +129,9 @@ def plan_stages(wf: Workflow, chunked_inputs: Collection[str], chunk_shape: Chun
     for name in wf.order:
         op, node = wf.ops[name], wf.nodes[name]
         producers = {where[s] for s in node.inputs if s in where}
-        glob = op.parallelism.kind == "global"
+        glob = op.parallelism.kind == "global" and name not in combined
         target = None
-        if fuse and not glob and op.out_dtype.kind not in "UOT":
+        if fuse and not glob and name not in combined and op.out_dtype.kind not in "UOT":
             boxes = chunk_grid(op.out_shape, chunk_shape(op.out_shape))
             for i, src in enumerate(node.inputs):
                 sid = where.get(src)

@@ -59,6 +59,12 @@ class TaskJob:
     #: write the output's chunk files past the page cache (no later stage reads them:
     #: :class:`subzero.engine.arrays.DirectWrites`)
     direct: bool = False
+    #: global operators to compute a partial of this step's output block for
+    #: (:meth:`subzero.operator.Operator.partial`), returned in the result's ``partials``
+    partials: tuple[Operator, ...] = ()
+    #: the combined partials of the operator's input (:meth:`Operator.combine`): the task
+    #: reads no input and makes its chunk with :meth:`Operator.run_combined`
+    combined: Any = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,7 @@ class InputJob:
     source: Callable[[Box], np.ndarray]
     dtype: np.dtype
     out_path: str
+    partials: tuple[Operator, ...] = ()  # as :attr:`TaskJob.partials`
 
 
 @dataclass(frozen=True)
@@ -218,10 +225,18 @@ def _compute(step: "TaskJob | InputJob", box: Box, memory: Memory, producers: Pr
         return _stored_dtype(np.asarray(step.source(box)), step.dtype)
     op = step.op
     in_boxes = tuple(op.input_box(box, i) for i in range(len(op.in_shapes)))
-    blocks = _inputs(step, in_boxes, memory, producers)
     ch = ChunkContext(step.chunk.index, box, in_boxes, op.out_shape, op.in_shapes)
-    out = np.asarray(op.run(TaskContext(ch, frozenset({Mode.BLACKBOX}), op.name), *blocks))
-    return _stored_dtype(out, op.out_dtype)
+    ctx = TaskContext(ch, frozenset({Mode.BLACKBOX}), op.name)
+    if step.combined is not None:
+        return _stored_dtype(np.asarray(op.run_combined(ctx, step.combined)), op.out_dtype)
+    blocks = _inputs(step, in_boxes, memory, producers)
+    return _stored_dtype(np.asarray(op.run(ctx, *blocks)), op.out_dtype)
+
+
+def _partials(ops: Sequence[Operator], box: Box, block: np.ndarray) -> dict[str, Any]:
+    """Each global operator's partial of the block ``box`` of its input, by name, with
+    the box (the result's ``partials``)."""
+    return {op.name: (box, op.partial(block, box)) for op in ops}
 
 
 def _inputs(job: TaskJob, boxes: Sequence[Box], memory: Memory, producers: Producers
@@ -257,15 +272,16 @@ def run_task(job: TaskJob, memory: Memory | None = None, producers: Producers | 
     direct = (own if written is None else written) if job.direct else None
     try:
         op, ch = job.op, job.chunk
-        blocks = _inputs(job, ch.in_boxes, memory if memory is not None else {},
-                         producers or {})
+        blocks = [] if job.combined is not None else _inputs(
+            job, ch.in_boxes, memory if memory is not None else {}, producers or {})
         t_read = time.perf_counter()
         supports_full = Mode.FULL in op.supported_modes()
         run_modes = job.modes
         if Mode.FULL in job.modes and not supports_full:
             run_modes = (job.modes - {Mode.FULL}) or frozenset({Mode.BLACKBOX})
         ctx = TaskContext(ch, run_modes, op.name)
-        out = op.run(ctx, *blocks)
+        out = (op.run(ctx, *blocks) if job.combined is None
+               else op.run_combined(ctx, job.combined))
         if Mode.FULL in job.modes and not supports_full:
             op.trace_all_to_all(ctx)  # the paper's default for operators that expose nothing
         t_run = time.perf_counter()
@@ -276,8 +292,11 @@ def run_task(job: TaskJob, memory: Memory | None = None, producers: Producers | 
                 f"{chunk_key(ch.index)}; expected {ch.out_box.shape}"
             )
         writing = None
-        if job.out_path is not None:
+        if job.out_path is not None or job.partials:
             out = _stored_dtype(out, op.out_dtype)
+        if job.partials:  # of the values as written: what a global task would read
+            res["partials"] = _partials(job.partials, ch.out_box, out)
+        if job.out_path is not None:
             if job.strategies:  # the chunk is written while the lineage is stored
                 writing = _writer().submit(_timed_write, Path(job.out_path), ch.out_box, out,
                                            direct)
@@ -329,6 +348,8 @@ def run_input(job: InputJob, memory: Memory) -> dict[str, Any]:
                 f"input {job.name!r}: its generator returned a block of shape {block.shape} "
                 f"for {job.box}; expected {job.box.shape}")
         block = _stored_dtype(block, job.dtype)
+        if job.partials:
+            res["partials"] = _partials(job.partials, job.box, block)
         t_read = time.perf_counter()
         arrays.write_block(Path(job.out_path), job.box, block)
         memory[job.name] = (job.box, block)
