@@ -27,10 +27,12 @@ worker's, on the driver's threads. Those threads share the main malloc arena
 0.8 s (44,000-67,000) sharing it; runtime 4.0-4.7 -> 3.4-3.7 s (3 alternating pairs).
 In Spark's workers it made no measurable difference at 64x, so they keep glibc's default.
 
-A worker also freezes the objects its first task's imports made (:func:`freeze_worker_objects`):
+A worker also freezes the objects alive when a task starts (:func:`freeze_worker_objects`):
 at 64x, the garbage collector's walks over them took 3.5-4% of each worker's CPU
 (``gc_collect_main`` and its visitors, ``perf``), 0.9% after; black-box runs 22.6 -> 21.3 s
-(3 alternating pairs).
+(3 alternating pairs). Frozen once, after the first task's imports, the full collection
+pyspark's daemon runs after every task still walked what later tasks imported (``scipy``
+for the cosmic rays and the labels): 5.5% of the workers' samples at 64x (py-spy).
 """
 
 from __future__ import annotations
@@ -83,17 +85,16 @@ def set_thresholds(mmap_threshold: int, trim_threshold: int) -> bool:
 #: True in Spark's Python workers (set by their daemon, through :func:`keep_worker_memory`,
 #: before it forks them)
 _in_worker = False
-_frozen = False
 
 
 def freeze_worker_objects() -> None:
-    """In a Spark worker, once, after its first task's imports: the objects alive then
-    (modules, classes, functions: hundreds of thousands) move out of the garbage
-    collector's reach (``gc.freeze``), so its full collections, which a task's many
-    small objects set off, no longer walk them all. Nothing elsewhere."""
-    global _frozen
-    if _in_worker and not _frozen:
-        _frozen = True
+    """In a Spark worker, at the start of every task: the objects alive then (modules,
+    classes, functions: hundreds of thousands, and what earlier tasks imported and cached)
+    move out of the garbage collector's reach (``gc.freeze``), so the full collection
+    pyspark's daemon runs after every task, and those a task's many small objects set off,
+    walk only what the task itself made. pyspark collected the previous task's garbage just
+    before (its full collection), so what is frozen is alive. Nothing elsewhere."""
+    if _in_worker:
         gc.freeze()
 
 

@@ -497,7 +497,7 @@ def _run(fn: Callable[[Any], Any], jobs: Sequence[Any], spark: Any | None, label
 
 
 def _on_worker(fn: Callable[[Any], Any], job: Any) -> Any:
-    """``fn(job)`` in a Spark worker, the objects its imports made frozen first
+    """``fn(job)`` in a Spark worker, the objects alive at the task's start frozen first
     (:func:`subzero.engine.heap.freeze_worker_objects`)."""
     freeze_worker_objects()
     return fn(job)
