@@ -150,18 +150,26 @@ def test_spark_jobs_counts_the_jobs_the_executor_batches():
     from subzero.engine.runner import _stage_cells, spark_jobs
     from subzero.engine.stages import plan_stages
 
-    def jobs(**params):
+    from subzero.engine.runner import combined_ops
+
+    def jobs(combine=False, **params):
         wf = astronomy.build(shape=(120, 48), **params)
         wf.validate()
         chunked = {n for n, spec in wf.inputs.items() if spec.blocks is not None}
-        stages = plan_stages(wf, chunked, Chunking().with_tasks(2).chunk_shape)
-        return len(stages), spark_jobs(stages, [_stage_cells(wf, st) for st in stages])
+        chunking = Chunking().with_tasks(2)
+        both = combined_ops(wf, chunking, wf.plan("subzero"), chunked) if combine else set()
+        stages = plan_stages(wf, chunked, chunking.chunk_shape, combined=both)
+        return len(stages), spark_jobs(stages, [_stage_cells(wf, st, both) for st in stages])
 
     assert jobs() == (17, 8)
     n16, j16 = jobs(ccds=16)
     # the five batched jobs stay five; three global stages per CCD (two background
     # means, the star labels) take one each
     assert n16 == 212 and j16 == (8 - 3) + 3 * 16
+    # the background means combined from their input's chunks: no global stage of their
+    # own, their steps batched with the other CCDs'; the star labels one job per CCD
+    assert jobs(combine=True) == (15, 6)
+    assert jobs(combine=True, ccds=16) == (180, 5 + 16)
 
 
 @pytest.mark.spark
