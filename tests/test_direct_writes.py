@@ -108,6 +108,36 @@ def test_a_failed_write_raises_and_leaves_no_file(tmp_path, monkeypatch):
     assert not list(path.glob("c/**/.*.tmp"))
 
 
+@pytest.mark.parametrize("stops", [False, True])
+def test_a_short_write_is_finished_or_refused_never_renamed_short(tmp_path, monkeypatch,
+                                                                  stops):
+    """``os.write`` may take less than it is given: the rest is written after it, and a
+    write that takes nothing fails, the chunk as it was."""
+    data = np.random.default_rng(1).normal(size=(40, 512))  # raw chunks of 80 KB
+    path = tmp_path / "a.zarr"
+    _array(path, data, (20, 512))
+    before = _chunk_bytes(path)
+    real = os.write
+
+    def short(fd, buf):  # an aligned piece at a time, or nothing at all
+        return 0 if stops else real(fd, memoryview(buf)[:8192])
+
+    monkeypatch.setattr(arrays, "_direct_writes", arrays.DirectWrites())
+    monkeypatch.setattr(os, "write", short)
+    pending: list = []
+    arrays.write_block(path, Box.full(data.shape), data, pending)
+    if stops:
+        with pytest.raises(OSError, match="stopped after 0 of"):
+            arrays.wait_written(pending)
+        monkeypatch.undo()
+        assert _chunk_bytes(path) == before
+    else:
+        arrays.wait_written(pending)
+        monkeypatch.undo()
+        assert np.array_equal(arrays.read_array(path), data)
+    assert not list(path.glob("c/**/.*.tmp"))
+
+
 def test_a_run_writes_past_the_page_cache_only_what_no_later_stage_reads():
     wf = workflows.build("astronomy", shape="200x100").validate()
     stages = plan_stages(wf, set(wf.inputs), Chunking().with_tasks(2).chunk_shape)

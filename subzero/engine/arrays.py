@@ -276,7 +276,7 @@ class DirectWrites:
             try:
                 if fd is not None:
                     try:
-                        os.write(fd, memoryview(buf)[:size])
+                        _write_all(fd, memoryview(buf)[:size], tmp)
                         os.ftruncate(fd, n)
                     except OSError as e:
                         if e.errno != errno.EINVAL:
@@ -301,6 +301,17 @@ class DirectWrites:
                     self._free.remove(min(self._free, key=len))
                 self._held -= size
                 self._cond.notify_all()
+
+
+def _write_all(fd: int, data: memoryview, path: Path) -> None:
+    """Write all of ``data`` to ``fd``: ``os.write`` may write less than it was given (a
+    full disk, a call beyond 2 GB), and a chunk cut short must not be renamed into place."""
+    at = 0
+    while at < len(data):
+        k = os.write(fd, data[at:])
+        if k <= 0:
+            raise OSError(errno.EIO, f"writing {path} stopped after {at} of {len(data)} bytes")
+        at += k
 
 
 _direct_writes = DirectWrites()
