@@ -99,6 +99,31 @@ def parse_reducer(func: Any, what: str) -> str:
 # ---------------------------------------------------------------------------------------
 
 
+def _check_rows(name: str, boxes: Sequence[Box], rows: int) -> None:
+    """Raise unless ``boxes`` (chunks of whole rows) cover rows ``0..rows-1`` once each: a
+    missing or repeated chunk's partial would make a wrong minimum or sum, silently.
+
+    >>> _check_rows("m", [Box((2, 0), (4, 3)), Box((0, 0), (2, 3))], 4)
+    >>> _check_rows("m", [Box((0, 0), (2, 3)), Box((0, 0), (2, 3))], 4)
+    Traceback (most recent call last):
+    ...
+    ValueError: global operator 'm': partials of rows 0..1 and 0..1 overlap; expected ...
+    """
+    at = 0
+    spans = sorted((b.lo[0], b.hi[0]) for b in boxes)
+    for k, (lo, hi) in enumerate(spans):
+        if lo < at:
+            a, b = spans[k - 1]
+            raise ValueError(f"global operator {name!r}: partials of rows {a}..{b - 1} and "
+                             f"{lo}..{hi - 1} overlap; expected each row of 0..{rows - 1} once")
+        if lo > at:
+            break
+        at = hi
+    if at < rows:
+        raise ValueError(f"global operator {name!r}: no partial for row {at} of its input; "
+                         f"expected each row of 0..{rows - 1} once")
+
+
 class Reduce(MappingOperator):
     """Reduce over ``axis`` (``None``: all axes; an int; a tuple).
 
@@ -224,24 +249,22 @@ class Reduce(MappingOperator):
                 and tuple(in_chunks[1:]) == tuple(shape[1:])
                 and self._combining() is not None)
 
-    def _kw(self) -> dict[str, Any]:
-        return {"dtype": self.dtype} if self.dtype is not None and self.func in _TAKES_DTYPE else {}
-
     def partial(self, block: np.ndarray, box: Box) -> Any:
         if self._combining() == "tree":
             row = int(np.prod(self.in_shapes[0][1:], dtype=np.int64))
             values = np.ascontiguousarray(block, dtype=np.float64).reshape(-1)
             return sum_partial(values, box.lo[0] * row, int(np.prod(self.in_shapes[0])))
-        return REDUCERS[self.func](np.asarray(block), **self._kw())
+        return reduce(block, self.func, None, False, self.dtype)
 
     def combine(self, parts: Sequence[tuple[Box, Any]]) -> np.ndarray:
         """:func:`reduce` of the whole input, bit for bit, from the chunks' partials."""
+        _check_rows(self.name, [b for b, _ in parts], self.in_shapes[0][0])
         if self._combining() == "tree":
             n = int(np.prod(self.in_shapes[0]))
             total = combine_sums([p for _, p in parts], n)
             value = np.asarray(total / n if self.func == "mean" else total)
         else:
-            value = np.asarray(REDUCERS[self.func](np.array([p for _, p in parts]), **self._kw()))
+            value = reduce(np.array([p for _, p in parts]), self.func, None, False, self.dtype)
         nd = len(self.in_shapes[0])
         value = value.reshape((1,) * nd if self.keepdims else ())
         return value.astype(self.out_dtype, copy=False)

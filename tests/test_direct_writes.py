@@ -204,4 +204,3 @@ def test_a_small_chunk_file_goes_to_the_page_cache(tmp_path, monkeypatch):
     arrays.write_block(path, Box.full(data.shape), data, pending)
     assert pending == []  # written at once, as without direct
     assert np.array_equal(arrays.read_array(path), data)
-

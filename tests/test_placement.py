@@ -147,10 +147,8 @@ def test_the_cli_refuses_a_bad_where_in_one_line(tmp_path):
 def test_spark_jobs_counts_the_jobs_the_executor_batches():
     """Stages ready together on the same chunk grid share a job (the CCDs of a visit);
     global stages take one each; stages run on the driver take none."""
-    from subzero.engine.runner import _stage_cells, spark_jobs
+    from subzero.engine.runner import _stage_cells, combined_ops, spark_jobs
     from subzero.engine.stages import plan_stages
-
-    from subzero.engine.runner import combined_ops
 
     def jobs(combine=False, **params):
         wf = astronomy.build(shape=(120, 48), **params)

@@ -139,3 +139,21 @@ def test_what_does_not_combine(op, dtype, chunks):
 
 def test_operators_do_not_combine_unless_they_say_so():
     assert not Binary("add").bind("b", [(4, 6), (4, 6)], ["f8", "f8"]).combines((2, 6))
+
+
+@pytest.mark.parametrize("func,dtype", [("sum", "f8"), ("max", "f8"), ("sum", "i4"),
+                                        ("any", "b1")])
+def test_a_missing_or_repeated_chunk_is_an_error_not_a_wrong_reduction(func, dtype):
+    """Whatever the combining (the tree or any order), the partials must cover every row
+    once: a repeated chunk would count twice in an integer sum, a missing one drop out of a
+    maximum, both silently."""
+    x = (np.arange(40 * 6).reshape(40, 6) % 7).astype(dtype)
+    op = Reduce(func).bind("r", [x.shape], [x.dtype])
+    parts = [(b, op.partial(x[b.slices], b)) for _, b in chunk_grid(x.shape, (10, 6))]
+    assert _same(op.combine(parts[::-1]), reduce(x, func).astype(op.out_dtype))  # any order
+    with pytest.raises(ValueError, match=r"'r': partials of rows 10..19 and 10..19 overlap"):
+        op.combine([*parts, parts[1]])
+    with pytest.raises(ValueError, match=r"'r': no partial for row 20 of its input"):
+        op.combine(parts[:2] + parts[3:])
+    with pytest.raises(ValueError, match=r"'r': no partial for row 30 of its input"):
+        op.combine(parts[:3])
