@@ -77,10 +77,19 @@ class Home:
         out.choose_named_cells()
         return out
 
-    def get(self, run_id: str = "latest") -> "Run":
+    def get(self, run_id: str = "latest", allow_changed_code: bool = False) -> "Run":
         """A finished run by id (``"latest"``: the newest complete run; ``"latest:NAME"``:
-        the newest complete run of workflow NAME)."""
-        return Run(load_run(self.path, run_id), requested=run_id)
+        the newest complete run of workflow NAME).
+
+        The run's operators are rebuilt from its manifest. An operator whose code changed
+        since the run (its module's SHA-256 differs from the recorded one) cannot run:
+        queries that need its code (mapping functions, payloads, re-execution) and replays
+        through it fail in one line naming it, while its stored lineage still answers.
+        ``allow_changed_code=True`` uses the code as it is now, and every query answer
+        that used it says so (:attr:`LineageResult.changed_code`).
+        """
+        return Run(load_run(self.path, run_id, allow_changed_code=allow_changed_code),
+                   requested=run_id)
 
     def runs(self) -> list[dict[str, Any]]:
         cat = self.catalog
@@ -257,6 +266,8 @@ class Run:
                          notify=None if quiet else say, catalog=cat, compare_all=compare_all)
         # the derived run's workflow is a copy of this run's
         loaded = load_run(self.home, res.run, catalog=cat, workflow=wf)
+        loaded.unavailable = dict(self.loaded.unavailable)
+        loaded.changed_code = dict(self.loaded.changed_code)
         out = Run(loaded, requested=res.run)
         out.replayed = res
         return out

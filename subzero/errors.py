@@ -51,3 +51,9 @@ class ReplayError(SubZeroError):
 
 class SparkError(SubZeroError):
     """Spark could not be started (Java missing or too old, bad master URL)."""
+
+
+class CodeError(SubZeroError):
+    """Code a run names that cannot be used: a module outside its recorded distribution,
+    inside the home, changed since the run, or that fails to import; or an operator or
+    parameter that cannot be recorded as data."""

@@ -39,6 +39,7 @@ import numpy as np
 from subzero.cells import Box, as_linear
 from subzero.errors import ModeError, ShapeError, WorkflowError
 from subzero.modes import Mode
+from subzero.recorded import Recorded
 from subzero.runtime import TaskContext
 
 Shape = tuple[int, ...]
@@ -79,8 +80,12 @@ def stencil(depth: int | Sequence[int]) -> Parallelism:
     return Parallelism("stencil", d)
 
 
-class Operator(ABC):
+class Operator(Recorded, ABC):
     """Base class of every operator. Subclasses implement :meth:`run` and what they support.
+
+    An operator remembers the arguments it was constructed with (:class:`Recorded`): a
+    run's manifest records its class and those arguments, and later commands rebuild it
+    from them, so an operator's state comes from its constructor.
 
     An operator instance is *bound* into a workflow, which sets :attr:`name`,
     :attr:`in_shapes`, :attr:`in_dtypes`, :attr:`out_shape` and :attr:`out_dtype`; the

@@ -151,6 +151,9 @@ class Workflow:
         self.queries: dict[str, NamedQuery] = {}
         self.order: list[str] = []
         self.ops: dict[str, Operator] = {}  # bound operators, after validate()
+        #: where the workflow came from (``{"target": "pkg.mod:build", "params": {...}}``),
+        #: recorded in a run's manifest
+        self.source: dict[str, Any] | None = None
         self._valid = False
 
     # -- declaring -------------------------------------------------------------------------

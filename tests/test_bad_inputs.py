@@ -40,7 +40,10 @@ CASES = [
     # run: workflows, strategies and parameters
     (["run"], 2, "required"),
     (["run", "nope"], 2, "unknown workflow"),
-    (["run", ""], 2, "unknown workflow"),
+    (["run", ""], 2, "expected a workflow"),
+    (["run", "../no/such.py"], 2, "no such file"),
+    (["run", "example:nope"], 2, "has no 'nope'"),
+    (["run", "example", "--param", "colour=red"], 2, "accepted: "),
     (["run", "example", "--strategy", "fast"], 2, "unknown strategy"),
     (["run", "example", "--strategy", ""], 2, "expected a value"),
     (["run", "example", "--param", "shape=3"], 2, "shape"),
@@ -229,6 +232,8 @@ CASES = [
     ([*Q1, *IMG, "--png", "{F}/homefile/x.png"], 2, "not a folder"),
     ([*Q1, *IMG, "--home", "{F}/homefile"], 2, "is a file"),
     ([*Q2, "--cells", "10,10", "--to", "exp1", "--method", "bogus"], 2, "invalid choice"),
+    # migrate
+    (["migrate", "{T}/nohome"], 2, "no SubZero home"),
     # optimize
     (["optimize"], 2, "required"),
     (["optimize", "--max-disk", "1MB"], 2, "exactly one of"),

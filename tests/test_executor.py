@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 
+from operators import UDF
 from subzero.cells import Box
 from subzero.chunking import Chunking
 from subzero.engine import arrays, layout
@@ -102,16 +103,19 @@ def test_reexecution_traces_chosen_chunks_without_writing(spark, home):
     assert tile[0]["full"].out_cells == 10 and tile[0]["full"].in_cells == 10 * 9
 
 
+class WrongBlock(UDF):
+    """Returns a block of the wrong shape."""
+
+    n_inputs = 1
+
+    def run(self, ctx, x):
+        return x[:1]
+
+
 def test_failed_operator_marks_run_failed_with_one_line_error(spark, home):
-    from operators import UDF
     from subzero.workflow import Workflow
 
-    class Bad(UDF):
-        n_inputs = 1
-
-        def run(self, ctx, x):
-            return x[:1]  # wrong block shape
-
+    Bad = WrongBlock
     wf = Workflow("bad")
     wf.input("a", (8, 8), source=lambda: np.zeros((8, 8)))
     wf.add("oops", Bad(), "a")

@@ -9,9 +9,9 @@ import sqlite3
 
 import numpy as np
 import pytest
-from pyspark import cloudpickle  # bound workflows hold lambdas (no Spark is started)
 
 import workflows
+from subzero import manifest
 from subzero.api import Home
 from subzero.cells import Box
 from subzero.cli import main
@@ -19,6 +19,7 @@ from subzero.engine import inputs as engine_inputs
 from subzero.engine import layout
 from subzero.engine.catalog import SCHEMA_VERSION, Catalog
 from subzero.engine.inputs import file_origin, input_origins, origin_text
+from subzero.engine.migrate import write_manifest
 from subzero.errors import CatalogError, StoreError, WorkflowError
 from subzero.workflow import Workflow
 from tests.conftest import run_cli
@@ -48,7 +49,7 @@ def test_an_old_catalog_is_migrated_and_keeps_its_runs(tmp_path):
     db.commit()
     db.close()
     cat = Catalog(path)
-    assert cat.schema_version == SCHEMA_VERSION == 4
+    assert cat.schema_version == SCHEMA_VERSION == 5
     assert cat.arrays("r1")["image"]["origin"] is None  # recorded before origins were
     assert cat.input_origins("r1") == {"r1": {"image": None}}
     cat.add_array("r2", "image", (4, 4), "uint16", (4, 4), None, 32, 100,
@@ -91,14 +92,16 @@ def test_latest_of_a_workflow(tmp_path):
 
 def _fake_run(home, workflow: str, wf: Workflow, arrays: list[str],
               origin: dict | None = None) -> str:
-    """A complete run in the catalog with its workflow file (no Spark, no arrays)."""
+    """A complete run in the catalog with its manifest (no Spark, no arrays)."""
     home.mkdir(parents=True, exist_ok=True)
     cat = Catalog(layout.catalog_path(home))
     rid = _complete(cat, workflow, arrays, origin)
+    doc, blobs = manifest.workflow_manifest(wf)
+    data = manifest.dumps(doc)
+    layout.run_dir(home, rid).mkdir(parents=True, exist_ok=True)
+    write_manifest(home, rid, blobs, data)
+    cat.set_manifest(rid, hashlib.sha256(data).hexdigest(), {})
     cat.close()
-    path = layout.workflow_path(home, rid)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(cloudpickle.dumps(wf))
     return rid
 
 
@@ -331,7 +334,7 @@ def test_a_version_3_catalog_gains_where_its_runs_executed(tmp_path):
     db.commit()
     db.close()
     cat = Catalog(path)
-    assert cat.schema_version == SCHEMA_VERSION == 4
+    assert cat.schema_version == SCHEMA_VERSION == 5
     assert cat.run(old)["placement"] is None  # recorded before: not known
     new = cat.create_run("example", {}, "subzero", {},
                          placement={"where": "driver", "why": "small"})

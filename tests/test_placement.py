@@ -248,9 +248,9 @@ from subzero.engine import runner
 from subzero.workflow import Workflow
 
 # what the run imports while its clock runs: from its first step after the clock starts
-# (saving the workflow) to its last (recording the run as finished)
+# (writing the manifest) to its last (recording the run as finished)
 seen = {}
-save, finish = runner._save_workflow, runner._finish
+save, finish = runner.write_manifest, runner._finish
 
 def saving(*args):
     seen["start"] = set(sys.modules)
@@ -260,7 +260,7 @@ def finishing(*args):
     seen["end"] = set(sys.modules)
     return finish(*args)
 
-runner._save_workflow, runner._finish = saving, finishing
+runner.write_manifest, runner._finish = saving, finishing
 wf = Workflow("w")
 wf.input("a", (6, 4), source=lambda: np.ones((6, 4)))
 wf.add("b", Unary("negative"), "a")

@@ -22,6 +22,7 @@ from workflows.astronomy import real_inputs
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 SECTION = "## Worked example: which pixels made this star?"
+OWN = "## Your own workflow"
 EXPOSURE_CELLS = 2001 * 513
 #: the lineage of one star is a small part of the image (the issue: < 5% of exp1)
 SMALL = 0.05 * EXPOSURE_CELLS
@@ -132,7 +133,8 @@ def newcomer(spark, tmp_path, monkeypatch, capsys):
 
 def test_readme_worked_example_blocks_are_found():
     kinds = [k for k, _ in fenced_blocks(section())]
-    assert kinds == ["sh", "python", "sh", "python"]
+    assert kinds == ["sh", "python", "sh"]
+    assert [k for k, _ in fenced_blocks(section(OWN))] == ["python", "sh"]
     first = shell_commands(fenced_blocks(section())[0][1])
     assert first[1] == ["run", "astronomy"]
     assert ["query", "latest:astronomy", "--named", "BQ3", "--png", "bq3.png"] in first
@@ -196,9 +198,14 @@ def test_readme_worked_example_on_generated_exposures(newcomer, monkeypatch):
     assert newcomer.ns["run"].loaded.info["params"]["data"] == "generated"
     answers = _check_star_answers(newcomer)
     _check_pictures(newcomer, "generated inputs")
-    # "Declaring your own workflow": afterwards `latest` is that run, latest:astronomy is not
-    newcomer.python(blocks[3][1])
-    assert newcomer.ns["result"].run
+    # "Your own workflow": its module as the README writes it, run and queried; afterwards
+    # `latest` is that run, latest:astronomy is not
+    module, commands = fenced_blocks(section(OWN))
+    assert module[1].startswith("# pipeline.py\n")
+    Path("pipeline.py").write_text(module[1])
+    for argv in shell_commands(commands[1]):
+        newcomer.shell(argv)
+    assert newcomer.answers[-1]["start"] == "peaks" and newcomer.answers[-1]["count"] == 9
     newcomer.shell(["query", "latest:astronomy", "--named", "BQ3"])
     print("\nworked example on generated exposures:", answers)
     assert {k: answers[k] for k in stated_answers()["generated"]} == stated_answers()["generated"]

@@ -217,13 +217,13 @@ def test_a_chunk_whose_cells_did_not_change_is_the_parents_file(parents):
     assert mine.stat().st_ino == theirs.stat().st_ino
     assert not differs(new.array("image"), run.array("image")).any()
     # the array's metadata is a file of its own (zarr rewrites it in place); the
-    # workflow file, written once, is shared
+    # manifest, written once, is shared
     runs = (mine.parents[4], theirs.parents[4])
     meta = [r / "arrays" / "image.zarr" / "zarr.json" for r in runs]
     assert meta[0].read_bytes() == meta[1].read_bytes()
     assert meta[0].stat().st_ino != meta[1].stat().st_ino
-    pkl = [r / "workflow.pkl" for r in runs]
-    assert pkl[0].stat().st_ino == pkl[1].stat().st_ino
+    man = [r / "manifest.json" for r in runs]
+    assert man[0].stat().st_ino == man[1].stat().st_ino
 
 
 @pytest.mark.slow

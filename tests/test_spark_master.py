@@ -114,14 +114,10 @@ def test_cli_master_that_never_answers_fails_in_bounded_time(tmp_path):
     assert elapsed < 60, elapsed  # a JVM start (seconds on a busy machine) plus 5 s
 
 
-CRASH_ONCE = textwrap.dedent('''
-    import json, os, sys
-
-    import numpy as np
+CRASH_UDF = textwrap.dedent('''
+    import os
 
     from operators import UDF
-    from subzero.engine.runner import run_workflow
-    from subzero.workflow import Workflow
 
 
     class CrashOnce(UDF):
@@ -140,6 +136,18 @@ CRASH_ONCE = textwrap.dedent('''
                 return x * 2.0
             os.close(fd)
             os._exit(1)  # the Python worker dies mid-task, as on a segfault or OOM kill
+''')
+
+# the operator lives in a module beside the script (a class in __main__ cannot be recorded);
+# that module belongs to no distribution, so the run ships it to Spark's workers
+CRASH_ONCE = textwrap.dedent('''
+    import json, sys
+
+    import numpy as np
+
+    from crash_udf import CrashOnce
+    from subzero.engine.runner import run_workflow
+    from subzero.workflow import Workflow
 
 
     wf = Workflow("crash-once")
@@ -154,6 +162,7 @@ CRASH_ONCE = textwrap.dedent('''
 def test_default_local_master_retries_a_crashed_python_task(tmp_path):
     script = tmp_path / "crash_once.py"
     script.write_text(CRASH_ONCE)
+    (tmp_path / "crash_udf.py").write_text(CRASH_UDF)
     marker, home = tmp_path / "crashed", tmp_path / "h"
     env = {k: v for k, v in os.environ.items() if k != "SUBZERO_SPARK_MASTER"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))

@@ -129,17 +129,17 @@ def test_array_damage_is_named_by_array_and_chunk(home, capsys):
 
 
 def test_catalog_against_files(home, capsys):
-    """Leftovers the catalog does not list, and a missing bound workflow, are reported."""
+    """Leftovers the catalog does not list, and a missing manifest, are reported."""
     strat = next((home / "runs" / "r1" / "lineage").glob("*/*"))
     (strat / ".tmp.9.9.0.host.1.abcd").mkdir()
     (home / "runs" / "r1" / "arrays" / "ghost.zarr").mkdir()
-    (home / "runs" / "r1" / "workflow.pkl").unlink()
+    (home / "runs" / "r1" / "manifest.json").unlink()
     code, doc = _verify(home, capsys)
     assert code == 3
     details = sorted(p["detail"] for p in doc["problems"])
     assert any("a writer's leftover" in d for d in details)
     assert any("does not list" in d for d in details)
-    assert any("workflow.pkl" in d for d in details)
+    assert any("lost its manifest" in d for d in details)
 
 
 def test_verify_changes_nothing(intact):
@@ -151,16 +151,16 @@ def test_verify_changes_nothing(intact):
     assert before == after
 
 
-def test_damaged_workflow_file_is_named_by_verify_and_queries(home, capsys):
-    (home / "runs" / "r1" / "workflow.pkl").write_bytes(b"\x80\x05garbage")
+def test_damaged_manifest_is_named_by_verify_and_queries(home, capsys):
+    (home / "runs" / "r1" / "manifest.json").write_bytes(b'{"format": "garbage"}')
     code, doc = _verify(home, capsys)
     assert code == 3
     assert [p["what"] for p in doc["problems"]] == ["r1"]
-    assert "workflow file" in doc["problems"][0]["detail"]
+    assert "manifest" in doc["problems"][0]["detail"]
     capsys.readouterr()
     assert main(["query", "r1", "--named", "BQ0", "--home", str(home)]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and "workflow file" in lines[0] and "subzero verify r1" in lines[0]
+    assert len(lines) == 1 and "manifest" in lines[0] and "subzero verify r1" in lines[0]
 
 
 def test_reading_commands_never_make_a_home(tmp_path, capsys):

@@ -1,5 +1,10 @@
 """``subzero check-lineage OPERATOR``: is an operator's declared lineage right?
 
+``OPERATOR`` is a class (``MedianFilter``, ``module:Class``) or an operator of a run
+(``RUN:OP``, e.g. ``r3:cr1`` or ``latest:cr1``): that operator as the run's manifest
+records it, on the run's own input arrays by default. A run's operator whose code changed
+since the run is refused unless ``--allow-changed-code``.
+
 Exit status: 0 when every checked mode is sound, 1 when some sampled output cell changed
 although only input cells outside its declared lineage were changed, 2 on bad input (an
 unknown operator, a class that is not an operator, unreadable inputs...).
@@ -10,15 +15,17 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from subzero.api import check_lineage
+from subzero.api import Home, check_lineage
 from subzero.cells import parse_cells, parse_shape
-from subzero.cli.common import CliError, emit_json, load_npy, parse_assignments, table
-from subzero.errors import CellError
+from subzero.cli.common import (CliError, add_changed_code_flag, emit_json, load_npy,
+                                parse_assignments, table)
+from subzero.errors import CellError, CodeError
 from subzero.lineagecheck import LineageCheck
 
 EXIT_UNSOUND = 1
@@ -103,12 +110,47 @@ def summary_rows(rep: LineageCheck) -> list[list[Any]]:
     return rows
 
 
+#: ``RUN:OP``: a run id or ``latest[:WORKFLOW]``, then an operator of that run
+RUN_OP = re.compile(r"^(r\d+|latest(?::[^:]+)?):([A-Za-z_][A-Za-z0-9_.-]*)$")
+
+
+def _run_operator(args: argparse.Namespace, inputs: list | None, params: dict
+                  ) -> tuple[Any, list | None, list[str]]:
+    """The operator ``RUN:OP`` names, rebuilt from the run's manifest, and its inputs (the
+    run's arrays unless given); the warnings to print with the report."""
+    m = RUN_OP.match(args.operator)
+    assert m is not None
+    if params:
+        raise CliError(f"--param does not apply to {args.operator}: a run's operator has "
+                       "the parameters it ran with")
+    run = Home(args.home).get(m.group(1), allow_changed_code=args.allow_changed_code)
+    name = m.group(2)
+    wf = run.workflow
+    if name not in wf.nodes:
+        raise CliError(f"run {run.id} has no operator {name!r} (operators: "
+                       f"{', '.join(wf.order)})")
+    if name in run.loaded.unavailable:
+        raise CodeError(f"operator {name!r} of run {run.id} cannot run here: "
+                        f"{run.loaded.unavailable[name]}")
+    warn = []
+    if name in run.loaded.changed_code:
+        warn.append(f"warning: {name}: checked with code changed since run {run.id} "
+                    f"({run.loaded.changed_code[name]}), not the code that ran")
+    if inputs is None and not args.shape:
+        inputs = [run.array(s) for s in wf.nodes[name].inputs]
+    return wf.nodes[name].op, inputs, warn
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     params = {k: _param_value(v) for k, v in parse_assignments(args.param, "--param").items()}
     inputs = [_load_input(p) for p in args.input] if args.input else None
     shape = _shape(args.shape) if args.shape else None
     if inputs is not None and shape is not None:
         raise CliError("give --input files or --shape, not both")
+    operator: Any = args.operator
+    warnings: list[str] = []
+    if RUN_OP.match(args.operator):
+        operator, inputs, warnings = _run_operator(args, inputs, params)
     cells = None
     if args.cells:
         if inputs is None:
@@ -116,14 +158,16 @@ def cmd_check(args: argparse.Namespace) -> int:
         cells = args.cells
     if args.seed < 0:
         raise CliError(f"--seed {args.seed}: expected a non-negative integer")
-    rep = check_lineage(args.operator, inputs=inputs, samples=_positive("--samples", args.samples),
+    rep = check_lineage(operator, inputs=inputs, samples=_positive("--samples", args.samples),
                         seed=args.seed, params=params or None, modes=args.mode or None,
                         shape=shape, split=_positive("--chunks", args.chunks),
                         rtol=_tolerance(args.rtol),
                         cells=None if cells is None else _cells(cells))
     if args.json:
-        emit_json(rep.to_json())
+        emit_json(dict(rep.to_json(), **({"warnings": warnings} if warnings else {})))
     else:
+        for w in warnings:
+            print(w)
         lines = rep.lines()
         print(lines[0])
         if rep.modes:
@@ -149,7 +193,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         "against the cells whose change alone changes the output). Exit 0 sound, 1 "
         "unsound, 2 bad input.")
     s.add_argument("operator", help="a built-in (MedianFilter), a shipped UDF "
-                   "(CosmicRayDetect) or module:Class")
+                   "(CosmicRayDetect), module:Class, or RUN:OP (an operator of a run, on "
+                   "the run's own inputs by default)")
     s.add_argument("--param", action="append", metavar="K=V",
                    help="constructor argument (JSON value, else a string); repeatable")
     s.add_argument("--input", action="append", metavar="F.npy",
@@ -166,4 +211,5 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="run the operator as N chunks per axis (2)")
     s.add_argument("--rtol", type=float, default=0.0,
                    help="relative tolerance for float outputs (0: bit for bit)")
+    add_changed_code_flag(s)
     s.set_defaults(func=cmd_check)

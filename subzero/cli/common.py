@@ -175,3 +175,12 @@ def cells_from_args(args: argparse.Namespace, shape: Sequence[int]) -> Any:
     if args.box:
         return Box.parse(args.box, shape)
     return load_npy(args.cells_file, "--cells-file", "cells or a bool mask")
+
+
+def add_changed_code_flag(parser: argparse.ArgumentParser) -> None:
+    """``--allow-changed-code``: use operators whose code changed since the run (every
+    answer that used such code says so)."""
+    parser.add_argument(
+        "--allow-changed-code", action="store_true",
+        help="run operators whose code changed since the run anyway (answers that used it "
+        "are marked); without it, a step that needs such an operator's code is refused")

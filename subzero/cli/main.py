@@ -23,7 +23,8 @@ from subzero.errors import SubZeroError
 COMMANDS: dict[str, str] = {
     "workflows": "runs", "run": "runs", "runs": "runs", "show": "runs", "export": "runs",
     "query": "query", "serve": "serve", "replay": "replay", "optimize": "optimize",
-    "calibrate": "optimize", "check-lineage": "check", "verify": "verify", "bench": "bench",
+    "calibrate": "optimize", "check-lineage": "check", "verify": "verify",
+    "migrate": "migrate", "bench": "bench",
 }
 
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from subzero.cli.common import (IMAGE_SUFFIXES, cells_from_args, check_output, emit_json,
-                                output_file, table)
+from subzero.cli.common import (IMAGE_SUFFIXES, add_changed_code_flag, cells_from_args,
+                                check_output, emit_json, output_file, table)
 from subzero.cli.render import cells_phrase, inputs_origin, lineage_legend, render_mask
 from subzero.engine.runs import load_run
 from subzero.errors import QueryError
@@ -32,7 +32,7 @@ def _check_args(args: argparse.Namespace) -> None:
 def cmd_query(args: argparse.Namespace) -> int:
     _check_args(args)
     path = parse_path(args.path) if args.path else None  # a bad path fails before any I/O
-    run = load_run(args.home, args.run)
+    run = load_run(args.home, args.run, allow_changed_code=args.allow_changed_code)
     qx = QueryExecutor(run)
     try:
         return _query(args, run, qx, path)
@@ -79,6 +79,9 @@ def _query(args: argparse.Namespace, run: Any, qx: QueryExecutor, path: Any) -> 
     for s in res.steps:  # a switch, a damaged shard: what the method column cannot say
         if s.note:
             print(f"note: {s.operator}: {s.note}")
+    for op in res.changed_code:
+        print(f"warning: {op}: answered by code changed since run {run.id} "
+              f"({run.changed_code.get(op, 'changed')}); not the run's own lineage")
     if 0 < res.count <= 20:
         print("cells:", "; ".join(",".join(str(v) for v in c) for c in res.coords.tolist()))
     for what, p in (("mask", args.out), ("picture", args.png)):
@@ -89,6 +92,7 @@ def _query(args: argparse.Namespace, run: Any, qx: QueryExecutor, path: Any) -> 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser("query", parents=[common], help="trace lineage backward or forward")
+    add_changed_code_flag(s)
     s.add_argument("run", help="run id, 'latest' or 'latest:WORKFLOW'")
     s.add_argument("direction", nargs="?", choices=("backward", "forward"))
     s.add_argument("--from", dest="from_", metavar="NAME", help="array holding the query cells")

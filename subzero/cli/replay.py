@@ -12,7 +12,8 @@ import argparse
 from typing import Any
 
 from subzero.api import Run
-from subzero.cli.common import cells_from_args, emit_json, load_npy, table
+from subzero.cli.common import (add_changed_code_flag, cells_from_args, emit_json, load_npy,
+                                table)
 from subzero.engine import layout
 from subzero.engine.catalog import Catalog
 from subzero.engine.replay import ReplayResult, check_replay, check_status, replay_values
@@ -34,7 +35,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     finally:
         cat.close()
     check_status(info)  # a failed or running run is named before its files are read
-    loaded = load_run(home, info["id"])
+    loaded = load_run(home, info["id"], allow_changed_code=args.allow_changed_code)
     check_replay(loaded, args.from_, args.to)
     run = Run(loaded, requested=args.run)
     wf = run.workflow
@@ -110,4 +111,5 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     s.add_argument("--where", default="auto", choices=("auto", "driver", "spark"),
                    help="where recomputed tiles run (default: Spark only for large operators "
                    "when a session is running)")
+    add_changed_code_flag(s)
     s.set_defaults(func=cmd_replay)

@@ -32,6 +32,9 @@ def cmd_workflows(args: argparse.Namespace) -> int:
         emit_json([{"name": n, "description": m.DESCRIPTION} for n, m in mods.items()])
     else:
         print(table([(n, m.DESCRIPTION) for n, m in mods.items()], ("workflow", "description")))
+        print("\nyour own: subzero run package.module[:NAME] or subzero run path/to/file.py[:NAME]"
+              "\n  (NAME: a function returning a subzero.Workflow, default 'build', or a "
+              "Workflow object;\n  --param K=V passes keyword arguments to the function)")
     return 0
 
 
@@ -138,12 +141,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_summary(args: argparse.Namespace, res: RunResult) -> list[str]:
-    """The workflow's own summary lines of a finished run (none for ad-hoc workflows); its
+    """The workflow's own summary lines of a finished run (none for your own workflows); its
     named queries' start cells are chosen now, while the arrays are fresh in the page cache,
     so that a later `subzero query --named` reads no array."""
-    if res.workflow not in workflows.available():
-        return []
     run = Home(args.home).get(res.run)
+    if res.workflow not in workflows.available():  # a workflow of your own: no summary
+        run.choose_named_cells()
+        return []
     # both read whole arrays (decoding and counting release the GIL): on two threads
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="subzero-summary") as pool:
         lines = pool.submit(workflows.summary, res.workflow, run)
@@ -235,10 +239,23 @@ def cmd_show(args: argparse.Namespace) -> int:
                      human_bytes(s.get("lineage_bytes")), s.get("pairs") or 0))
     print(table(rows, ("operator", "kind", "inputs", "strategies", "parallelism",
                        "runtime_s", "lineage", "pairs")))
+    print()
+    print(table([(n, *_code_cells(o.get("code"), o["class"])) for n, o in ops.items()],
+                ("operator", "class", "code sha256", "from")))
     notes = [(n, s["note"]) for n, s in stats.items() if s.get("note")]
     for n, note in notes:
         print(f"note: {n}: {note}")
     return 0
+
+
+def _code_cells(code: dict[str, Any] | None, cls: str) -> tuple[str, str, str]:
+    """An operator's class, code digest and where it came from, as ``show`` lists them."""
+    if not code:
+        return cls, "-", "not recorded (subzero migrate)"
+    dist = code.get("distribution")
+    origin = (f"{dist} {code.get('version') or ''}".strip() if dist
+              else "no distribution (a module of your own)")
+    return str(code.get("class")), str(code.get("digest"))[:16], origin
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ import socket
 import sys
 from typing import Any
 
-from subzero.cli.common import CliError
+from subzero.cli.common import CliError, add_changed_code_flag
 from subzero import serve
 from subzero.engine import layout
 
@@ -54,7 +54,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not loopback and not token:
         raise CliError(f"--host {args.host}: serving beyond this machine needs a token "
                        "(--token TOKEN or $SUBZERO_TOKEN), which every request must carry")
-    app = serve.create_app(args.home, token=token, loopback=loopback)
+    app = serve.create_app(args.home, token=token, loopback=loopback,
+                           allow_changed_code=args.allow_changed_code)
     sock = bind(args.host, args.port)
     port = sock.getsockname()[1]
     shown = f"[{args.host}]" if ":" in args.host else args.host
@@ -80,4 +81,5 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="address to bind (default 127.0.0.1; another needs --token)")
     s.add_argument("--token", default=None,
                    help="a secret every request must carry (default $SUBZERO_TOKEN)")
+    add_changed_code_flag(s)
     s.set_defaults(func=cmd_serve)

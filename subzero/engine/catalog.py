@@ -25,13 +25,13 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
 from subzero.errors import CatalogError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -42,7 +42,7 @@ CREATE TABLE IF NOT EXISTS runs (
     pid INTEGER, pid_start TEXT, host TEXT, master TEXT, chunking TEXT,
     started REAL NOT NULL, finished REAL, runtime_s REAL,
     input_bytes INTEGER, array_bytes INTEGER, lineage_bytes INTEGER, error TEXT,
-    parent TEXT, derivation TEXT, placement TEXT
+    parent TEXT, derivation TEXT, placement TEXT, manifest TEXT
 );
 CREATE TABLE IF NOT EXISTS arrays (
     run TEXT NOT NULL, name TEXT NOT NULL, shape TEXT NOT NULL, dtype TEXT NOT NULL,
@@ -53,7 +53,7 @@ CREATE TABLE IF NOT EXISTS operators (
     run TEXT NOT NULL, name TEXT NOT NULL, position INTEGER NOT NULL, class TEXT NOT NULL,
     kind TEXT NOT NULL, params TEXT NOT NULL, inputs TEXT NOT NULL,
     supported_modes TEXT NOT NULL, strategies TEXT NOT NULL, parallelism TEXT NOT NULL,
-    PRIMARY KEY (run, name)
+    code TEXT, PRIMARY KEY (run, name)
 );
 CREATE TABLE IF NOT EXISTS op_stats (
     run TEXT NOT NULL, op TEXT NOT NULL, status TEXT NOT NULL,
@@ -96,6 +96,12 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     # 4: where a run executed, Spark jobs or the driver's own process, and why (JSON:
     # subzero.engine.placement); NULL for runs recorded before (Spark jobs, then)
     4: ("ALTER TABLE runs ADD COLUMN placement TEXT",),
+    # 5: the SHA-256 of the run's manifest (runs/<run>/manifest.json, the workflow as
+    # data), and each operator's code: its class, the digest of the modules it runs and
+    # the distribution and version they came from (JSON); NULL for runs recorded before,
+    # whose workflow is a pickle until 'subzero migrate' converts it
+    5: ("ALTER TABLE runs ADD COLUMN manifest TEXT",
+        "ALTER TABLE operators ADD COLUMN code TEXT"),
 }
 
 
@@ -276,6 +282,7 @@ class Catalog:
         master: str | None = None,
         chunking: Any = None,
         placement: dict[str, Any] | None = None,
+        manifest: str | None = None,
     ) -> str:
         pid = os.getpid()
         with self.tx() as db:
@@ -283,12 +290,12 @@ class Catalog:
             rid = f"r{seq}"
             db.execute(
                 "INSERT INTO runs (id, seq, workflow, params, strategy, plan, status, pid, "
-                "pid_start, host, master, chunking, started, placement) "
-                "VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)",
+                "pid_start, host, master, chunking, started, placement, manifest) "
+                "VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?)",
                 (rid, seq, workflow, json.dumps(params, default=str), strategy,
                  json.dumps(plan), pid, _proc_start(pid), socket.gethostname(), master,
                  json.dumps(chunking), time.time(),
-                 None if placement is None else json.dumps(placement)),
+                 None if placement is None else json.dumps(placement), manifest),
             )
         return rid
 
@@ -360,9 +367,9 @@ class Catalog:
             rid = f"r{seq}"
             cur = db.execute(
                 "INSERT INTO runs (id, seq, workflow, params, strategy, plan, status, pid, "
-                "pid_start, host, master, chunking, started, parent, derivation) "
+                "pid_start, host, master, chunking, started, parent, derivation, manifest) "
                 "SELECT ?, ?, workflow, params, strategy, plan, 'running', ?, ?, ?, master, "
-                "chunking, ?, id, ? FROM runs WHERE id = ?",
+                "chunking, ?, id, ?, manifest FROM runs WHERE id = ?",
                 (rid, seq, pid, _proc_start(pid), socket.gethostname(), time.time(),
                  json.dumps(derivation, default=str), parent))
             if cur.rowcount != 1:
@@ -470,14 +477,26 @@ class Catalog:
 
     def add_operator(self, rid: str, position: int, name: str, cls: str, kind: str,
                      params: dict, inputs: list[str], supported_modes: list[str],
-                     strategies: list[str], parallelism: str) -> None:
+                     strategies: list[str], parallelism: str,
+                     code: dict[str, Any] | None = None) -> None:
         with self.tx() as db:
             db.execute(
-                "INSERT INTO operators VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO operators (run, name, position, class, kind, params, inputs, "
+                "supported_modes, strategies, parallelism, code) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (rid, name, position, cls, kind, json.dumps(params, default=str),
                  json.dumps(inputs), json.dumps(supported_modes), json.dumps(strategies),
-                 parallelism),
+                 parallelism, None if code is None else json.dumps(code)),
             )
+
+    def set_manifest(self, rid: str, digest: str, code: Mapping[str, dict[str, Any]]
+                     ) -> None:
+        """Record run ``rid``'s manifest digest and its operators' code (``subzero
+        migrate``: a run recorded before manifests existed)."""
+        with self.tx() as db:
+            db.execute("UPDATE runs SET manifest = ? WHERE id = ?", (digest, rid))
+            db.executemany("UPDATE operators SET code = ? WHERE run = ? AND name = ?",
+                           [(json.dumps(c), rid, n) for n, c in code.items()])
 
     def set_operator_strategies(self, rid: str, name: str, strategies: list[str]) -> None:
         with self.tx() as db:
@@ -490,6 +509,7 @@ class Catalog:
             d = dict(r)
             for k in ("params", "inputs", "supported_modes", "strategies"):
                 d[k] = json.loads(d[k])
+            d["code"] = _loads(d.get("code"))
             out[d["name"]] = d
         return out
 

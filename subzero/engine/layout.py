@@ -3,7 +3,8 @@
 ::
 
     <home>/catalog.sqlite                              runs, arrays, shards, statistics
-    <home>/runs/<run>/workflow.pkl                     the bound workflow (re-execution)
+    <home>/runs/<run>/manifest.json                    the workflow as data (JSON)
+    <home>/runs/<run>/params/<sha256>.npy              its large array parameters
     <home>/runs/<run>/arrays/<array>.zarr              every operator output
     <home>/runs/<run>/lineage/<op>/<strategy>/<chunk>/ one lineage shard
     <home>/logs/spark.log                              Spark's own log output
@@ -29,7 +30,9 @@ from subzero.modes import Strategy
 
 DEFAULT_HOME = "subzero-home"
 CATALOG = "catalog.sqlite"
-WORKFLOW_FILE = "workflow.pkl"
+MANIFEST_FILE = "manifest.json"
+#: the pickled workflow of runs recorded before manifests: read only by 'subzero migrate'
+LEGACY_WORKFLOW_FILE = "workflow.pkl"
 
 
 def resolve_home(home: str | os.PathLike | None = None) -> Path:
@@ -50,8 +53,17 @@ def run_dir(home: Path, rid: str) -> Path:
     return Path(home) / "runs" / rid
 
 
-def workflow_path(home: Path, rid: str) -> Path:
-    return run_dir(home, rid) / WORKFLOW_FILE
+def manifest_path(home: Path, rid: str) -> Path:
+    return run_dir(home, rid) / MANIFEST_FILE
+
+
+def params_dir(home: Path, rid: str) -> Path:
+    """The array parameters the manifest names (``.npy`` files named by their SHA-256)."""
+    return run_dir(home, rid) / "params"
+
+
+def legacy_workflow_path(home: Path, rid: str) -> Path:
+    return run_dir(home, rid) / LEGACY_WORKFLOW_FILE
 
 
 def arrays_dir(home: Path, rid: str) -> Path:

@@ -16,7 +16,7 @@ cannot change.
 
 The derived run is copy on write, in its own directory::
 
-    runs/<new>/workflow.pkl             a copy of the parent's
+    runs/<new>/manifest.json            the parent's (and its params/ files)
     runs/<new>/arrays/<a>.zarr          unchanged arrays: a symbolic link to the parent's
                                         changed arrays: a copy, recomputed tiles rewritten
     runs/<new>/lineage/<op>/<s>/<c>/    the shards of recomputed chunks only
@@ -55,7 +55,7 @@ from subzero.engine.heap import keep_freed_memory
 from subzero.engine.runs import LoadedRun
 from subzero.engine.tasks import (make_jobs, raise_task_error, run_jobs, run_task,
                                   store_shards)
-from subzero.errors import ReplayError, StoreError
+from subzero.errors import CodeError, ReplayError, StoreError
 from subzero.frontier import Frontier, is_dense
 from subzero.modes import Strategy, capture_modes
 
@@ -1146,6 +1146,10 @@ def replay_run(parent: LoadedRun, array: str, mask: np.ndarray, values: np.ndarr
     if n == 0:
         raise ReplayError(f"no cells of {array} chosen; expected at least one")
     needed = _needed(wf, array, to)
+    blocked = [n for n in wf.order if n in needed and n in parent.unavailable]
+    if blocked:  # before the derived run exists: its code would run
+        raise CodeError(f"replay recomputes operator {blocked[0]!r}, whose code cannot run "
+                        f"here: {parent.unavailable[blocked[0]]}")
     outputs = list(dict.fromkeys(to)) if to else [a for a in _sinks(wf) if a in needed]
     derivation = {"kind": "replay", "array": array, "cells": n, "value": value_text,
                   "to": list(to or [])}
@@ -1184,8 +1188,12 @@ def _replay(d: _Derived, res: ReplayResult, array: str, mask: np.ndarray, values
     # the I/O threads start decoding what the steps will read while the run is set up
     d.prefetch_all(array, _bbox(mask, Box.full(mask.shape)), needed)
     layout.arrays_dir(home, rid).mkdir(parents=True, exist_ok=False)
-    # the same file (a run's workflow file is written once, when the run is made)
-    _link(str(layout.workflow_path(home, parent.id)), str(layout.workflow_path(home, rid)))
+    # the same files (a run's manifest is written once, when the run is made)
+    _link(str(layout.manifest_path(home, parent.id)), str(layout.manifest_path(home, rid)))
+    params = layout.params_dir(home, parent.id)
+    if params.is_dir():
+        for f in params.iterdir():
+            _link_chunk(f, layout.params_dir(home, rid) / f.name)
     t0 = time.perf_counter()
     changed = {array: _set_cells(d, array, mask, values)}  # the cells that changed, per array
     res.arrays.append(ArrayReplay(array, mask.shape, n, changed[array].n, 0, 0, 0,

@@ -10,7 +10,7 @@ small steps:
    Spark jobs), start Spark if they need it and open the run's catalog row;
    :func:`_store_inputs` writes the inputs the driver reads whole (small ones); the
    others are produced chunk by chunk by the first stages' tasks;
-2. :func:`_save_workflow`: the bound workflow, for re-execution;
+2. :func:`~subzero.engine.migrate.write_manifest`: the workflow as data (the manifest);
 3. :func:`_execute`: stages whose dependencies are done are submitted from a small thread
    pool, so independent stages (two exposures, many CCDs) run at the same time on Spark's
    FAIR scheduler; per stage, :func:`_submit` records its operators and creates their
@@ -27,10 +27,10 @@ stderr is not a terminal, the operators done so far (on a terminal, a progress b
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import math
 import os
-import pickle
 import resource
 import shutil
 import sys
@@ -51,8 +51,10 @@ from subzero.engine.capacity import check_fits
 from subzero.engine.catalog import Catalog, shard_row
 from subzero.engine.heap import keep_run_memory
 from subzero.engine.inputs import input_origins, origin_text, plan_inputs
+from subzero.engine.migrate import write_manifest
 from subzero.engine.placement import Placement, check_where, place
-from subzero.engine.spark import active_session, check_master, get_spark, local_cores, resolve_master
+from subzero.engine.spark import (active_session, check_master, get_spark, local_cores,
+                                  resolve_master, ship_user_code)
 from subzero.engine.stages import Stage, plan_stages
 from subzero.engine.tasks import (
     GroupJob,
@@ -65,6 +67,7 @@ from subzero.engine.tasks import (
     run_groups,
     settle_deferred,
 )
+from subzero import manifest
 from subzero.modes import BLACKBOX, Strategy, capture_modes
 from subzero.workflow import Workflow
 
@@ -141,6 +144,8 @@ class _Run:
     combined: frozenset[str] = frozenset()
     parts: dict[str, list[tuple[Box, Any]]] = field(default_factory=dict)
     partial_of: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: each operator's code as the manifest records it (class, digest, distribution)
+    code: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -207,18 +212,11 @@ def _progress(total: int, enabled: bool, notify: Callable[[str], None] | None = 
                 bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} operators [{elapsed}]")
 
 
-def _save_workflow(r: _Run) -> None:
-    """The bound workflow, pickled: by plain pickle when it can (built-in operators, by
-    reference: loading it later imports no pyspark, which keeps a one-shot query fast), by
-    pyspark's cloudpickle when operators hold lambdas or local classes."""
-    try:
-        data = pickle.dumps(r.wf, protocol=pickle.HIGHEST_PROTOCOL)
-    except (pickle.PicklingError, AttributeError, TypeError):
-        from pyspark import cloudpickle  # only for workflows plain pickle cannot save
-
-        data = cloudpickle.dumps(r.wf)
-    with open(layout.workflow_path(r.home, r.rid), "wb") as f:
-        f.write(data)
+def _manifest(wf: Workflow, origins: Mapping[str, dict[str, Any]]
+              ) -> tuple[dict[str, Any], dict[str, bytes], bytes]:
+    """The run's manifest (:mod:`subzero.manifest`), its array files and its bytes."""
+    doc, blobs = manifest.workflow_manifest(wf, wf.source, origins)
+    return doc, blobs, manifest.dumps(doc)
 
 
 def _store_inputs(r: _Run, data: Mapping[str, np.ndarray]) -> None:
@@ -278,7 +276,7 @@ def _op_jobs(r: _Run, name: str, fused: set[str]) -> list[TaskJob]:
     r.cat.add_operator(
         r.rid, r.wf.order.index(name), name, f"{type(op).__module__}.{type(op).__qualname__}",
         op.kind, op.params(), list(node.inputs), sorted(m.value for m in op.supported_modes()),
-        [s.name for s in strategies], str(op.parallelism),
+        [s.name for s in strategies], str(op.parallelism), code=r.code.get(name),
     )
     out_chunks = r.chunking.chunk_shape(op.out_shape)
     combined = name in r.combined
@@ -786,6 +784,7 @@ def run_workflow(
     """
     wf.validate()
     resolved = wf.plan(plan if plan is not None else strategy)
+    manifest.workflow_manifest(wf)  # what cannot be data is refused before anything else
     if on_plan:
         on_plan(resolved)
     chunking = chunking or Chunking()
@@ -795,6 +794,7 @@ def run_workflow(
     check_where(where)
     sources, data = plan_inputs(wf, inputs)
     origins = input_origins(wf, inputs)
+    doc, blobs, manifest_bytes = _manifest(wf, origins)
     if spark is not None and where == "auto":
         where = "spark"  # a caller that hands over a session runs on it
     want = check_master(resolve_master(master))
@@ -834,15 +834,18 @@ def run_workflow(
         wf.name, params=wf.params, strategy=label,
         plan={n: [s.name for s in ss] for n, ss in resolved.items()},
         master=want, chunking=chunking.to_json(), placement=placed.to_json(),
+        manifest=hashlib.sha256(manifest_bytes).hexdigest(),
     )
     r = _Run(wf, home, rid, cat, chunking, spark, max_disk, resolved, origins=origins,
              threads=cores, direct=direct_arrays(wf, stages), combined=combined,
-             partial_of=_partial_of(wf, combined))
+             partial_of=_partial_of(wf, combined), code=manifest.operator_code(doc))
+    if spark is not None:
+        ship_user_code(spark, manifest.module_records(doc).values())
     t_start = time.perf_counter()
     bar = _progress(len(wf.order), progress, notify)
     try:
         layout.arrays_dir(home, rid).mkdir(parents=True, exist_ok=False)
-        _save_workflow(r)
+        write_manifest(home, rid, blobs, manifest_bytes)
         _store_inputs(r, data)
         with (keep_run_memory() if spark is None else nullcontext(),
               deferring_stores() if spark is None and max_disk is None else nullcontext()):

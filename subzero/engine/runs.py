@@ -1,19 +1,22 @@
-"""A finished run as queries and re-execution see it: its catalog rows and bound workflow."""
+"""A finished run as queries and re-execution see it: its catalog rows and its workflow,
+rebuilt from the run's manifest."""
 
 from __future__ import annotations
 
+import hashlib
 import os
-import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
 from subzero.engine import layout
 from subzero.engine.arrays import read_array
 from subzero.engine.catalog import Catalog
-from subzero.errors import CatalogError, DamagedError, StoreError, WorkflowError
+from subzero import manifest
+from subzero.codeid import CodeGate
+from subzero.errors import CatalogError, CodeError, DamagedError, StoreError, WorkflowError
 from subzero.modes import Strategy
 from subzero.operator import Operator
 from subzero.workflow import Workflow
@@ -35,6 +38,11 @@ class LoadedRun:
     #: run is complete (a replay's: each array's directory, links resolved, and its
     #: :class:`~subzero.engine.arrays.ChunkFiles`), by (kind, array)
     memo: dict[tuple[str, str], Any] = field(default_factory=dict, repr=False, compare=False)
+    #: operators whose code cannot be used here, with the reason (they stand in as
+    #: :class:`~subzero.manifest.Unavailable`: stored lineage answers, their code does not)
+    unavailable: dict[str, str] = field(default_factory=dict)
+    #: operators whose code changed since the run and is used anyway, with what changed
+    changed_code: dict[str, str] = field(default_factory=dict)
 
     def array_path(self, name: str) -> Path:
         if name not in self.arrays:
@@ -66,30 +74,93 @@ class LoadedRun:
         return tuple(self.arrays[name]["chunks"])
 
 
-def load_workflow(home: Path, rid: str) -> Workflow:
-    """Run ``rid``'s bound workflow (``workflow.pkl``), or a one-line error naming it when
-    it is missing or damaged."""
-    path = layout.workflow_path(home, rid)
+def read_manifest(home: Path, rid: str, info: Mapping[str, Any],
+                  code: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Run ``rid``'s manifest, checked against what the catalog recorded: the manifest's
+    digest (``info``, the run's row) and each operator's class and code digest (``code``,
+    by operator); a one-line error when it is missing, altered or malformed. Imports
+    nothing."""
+    path = layout.manifest_path(home, rid)
+    recorded = info.get("manifest")
+    if recorded is None:
+        if layout.legacy_workflow_path(home, rid).exists():
+            raise StoreError(f"run {rid} was recorded by an earlier SubZero (its workflow is "
+                             f"a pickle); convert the home once with 'subzero migrate "
+                             f"{home} --trust'")
+        raise DamagedError(f"run {rid} has no manifest recorded in the catalog; run "
+                           f"'subzero verify {rid}'")
     try:
-        with open(path, "rb") as f:
-            wf = pickle.load(f)
+        data = path.read_bytes()
     except FileNotFoundError:
-        raise StoreError(f"run {rid} has lost its workflow file {path}") from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
-            ImportError, IndexError, KeyError, OSError) as e:
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise DamagedError(f"run {rid}'s workflow file {path} cannot be read ({msg}); run "
-                           f"'subzero verify {rid}'") from None
-    if not isinstance(wf, Workflow):
-        raise DamagedError(f"run {rid}'s workflow file {path} holds a {type(wf).__name__}, "
-                           f"not a workflow; run 'subzero verify {rid}'")
-    return wf
+        raise DamagedError(f"run {rid} has lost its manifest {path}; run 'subzero verify "
+                           f"{rid}'") from None
+    except OSError as e:
+        raise DamagedError(f"run {rid}'s manifest {path} cannot be read ({e.strerror or e}); "
+                           f"run 'subzero verify {rid}'") from None
+    if hashlib.sha256(data).hexdigest() != recorded:
+        raise DamagedError(f"run {rid}'s manifest {path} does not match the digest the "
+                           f"catalog recorded; run 'subzero verify {rid}'")
+    try:
+        doc = manifest.loads(data, f"run {rid}'s manifest {path}")
+        entries = {e.get("name"): e for e in doc["operators"] if isinstance(e, dict)}
+        for name, row in code.items():
+            mine = entries.get(name)
+            if mine is None or mine.get("digest") != row.get("digest") or \
+                    mine.get("class") != row.get("class"):
+                raise CodeError(f"run {rid}'s manifest and catalog disagree on operator "
+                                f"{name!r}'s code")
+    except CodeError as e:
+        raise DamagedError(f"{e}; run 'subzero verify {rid}'") from None
+    return doc
+
+
+def operator_code(operators: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The code the catalog recorded for each operator (:meth:`Catalog.operators` rows)."""
+    return {n: dict(o["code"]) for n, o in operators.items() if isinstance(o.get("code"), dict)}
+
+
+def load_workflow(home: Path, rid: str, info: Mapping[str, Any],
+                  code: Mapping[str, Mapping[str, Any]], allow_changed_code: bool = False
+                  ) -> tuple[Workflow, dict[str, str], dict[str, str]]:
+    """Run ``rid``'s workflow from its manifest (:func:`read_manifest`), every module it
+    names checked before it is imported (:class:`~subzero.codeid.CodeGate`).
+
+    Returns the bound workflow, the operators that stand in for code that cannot be used
+    (:class:`~subzero.manifest.Unavailable`) with the reason, and the operators whose code
+    changed since the run (used anyway: ``allow_changed_code``) with what changed.
+    """
+    doc = read_manifest(home, rid, info, code)
+    records = manifest.module_records(doc)
+    gate = CodeGate(records, home=home, allow_changed=allow_changed_code)
+    gate.check_all()
+    params = layout.params_dir(home, rid)
+
+    def blob(name: str) -> bytes:
+        try:
+            return (params / name).read_bytes()
+        except OSError:
+            raise CodeError(f"run {rid} has lost array parameter {params / name}") from None
+
+    wf, missing = manifest.workflow_from_manifest(doc, gate, blob)
+    changed = {}
+    for entry in doc["operators"]:
+        name = str(entry["name"])
+        if name in missing:
+            continue
+        diffs = [c.text() for m in entry.get("modules", [])
+                 if (c := gate.changed(str(m))) is not None]
+        if diffs:
+            changed[name] = diffs[0]
+    return wf, missing, changed
 
 
 def load_run(home: str | os.PathLike | None, rid: str, catalog: Catalog | None = None,
-             require_complete: bool = True, workflow: Workflow | None = None) -> LoadedRun:
+             require_complete: bool = True, workflow: Workflow | None = None,
+             allow_changed_code: bool = False) -> LoadedRun:
     """Run ``rid`` of ``home`` as queries see it (``workflow``: its bound workflow, when
-    the caller holds an equal one: a derived run's is a copy of its parent's)."""
+    the caller holds an equal one: a derived run's is a copy of its parent's;
+    ``allow_changed_code``: use operators whose code changed since the run, see
+    :func:`load_workflow`)."""
     home = layout.resolve_home(home)
     if catalog is None and not layout.catalog_path(home).exists() and (
             home.is_dir() or not home.exists()):
@@ -107,9 +178,15 @@ def load_run(home: str | os.PathLike | None, rid: str, catalog: Catalog | None =
                 + (f" ({info['error']})" if info.get("error") else "")
                 + "; only complete runs can be queried"
             )
-        wf = load_workflow(home, rid) if workflow is None else workflow
+        operators = cat.operators(rid)
+        if workflow is None:
+            wf, missing, changed = load_workflow(home, rid, info, operator_code(operators),
+                                                 allow_changed_code)
+        else:
+            wf, missing, changed = workflow, {}, {}
         wf.validate()
-        return LoadedRun(home, rid, info, wf, cat.arrays(rid), cat.operators(rid), requested)
+        return LoadedRun(home, rid, info, wf, cat.arrays(rid), operators, requested,
+                         unavailable=missing, changed_code=changed)
     finally:
         if catalog is None:
             cat.close()

@@ -22,6 +22,7 @@ now 0.5-0.66 s (three sessions each).
 
 from __future__ import annotations
 
+import atexit
 import ipaddress
 import os
 import re
@@ -455,3 +456,57 @@ def stop_spark() -> None:
             _session.stop()
             _session = None
             _master = None
+
+
+#: user code shipped to this process's session so far: (session id, folder, top name)
+_SHIPPED: set[tuple[int, str, str]] = set()
+
+
+def ship_user_code(spark: Any, records: Any) -> None:
+    """Ship the workflow's modules that come from no installed distribution (a user's
+    ``pipeline.py``, a package on ``PYTHONPATH``) to the session's executors
+    (``SparkContext.addPyFile``), so that their Python workers import the operators' classes
+    as the driver did; with them, every module the driver imported from the same folders
+    (the helpers a pipeline imports). A folder the executors already have on their
+    ``PYTHONPATH`` is not shipped. ``records``: :class:`~subzero.codeid.ModuleRecord`."""
+    sc = spark.sparkContext
+    on_path = {os.path.realpath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+               if p}
+    roots = {os.path.realpath(r.root) for r in records
+             if r.distribution is None and r.root is not None}
+    for root in sorted(roots - on_path):
+        for top in sorted(_imported_from(root)):
+            key = (id(sc), root, top)
+            if key in _SHIPPED:
+                continue
+            _SHIPPED.add(key)
+            single = Path(root) / f"{top}.py"
+            sc.addPyFile(str(single) if single.is_file() else _zip_package(root, top))
+
+
+def _imported_from(root: str) -> set[str]:
+    """The top-level names of the modules this process imported from folder ``root``."""
+    out = set()
+    for name, mod in list(sys.modules.items()):
+        f = getattr(mod, "__file__", None)
+        if not f:
+            continue
+        rel = os.path.relpath(os.path.realpath(f), root)
+        if not rel.startswith(os.pardir) and rel.split(os.sep)[0].removesuffix(".py") == \
+                name.split(".")[0]:
+            out.add(name.split(".")[0])
+    return out
+
+
+def _zip_package(root: str, top: str) -> str:
+    """Package ``top`` of folder ``root`` as a zip in a temporary folder (removed when
+    this process exits)."""
+    import zipfile
+
+    folder = Path(tempfile.mkdtemp(prefix="subzero-code-"))
+    atexit.register(shutil.rmtree, folder, True)
+    archive = folder / f"{top}.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for f in sorted((Path(root) / top).rglob("*.py")):
+            z.write(f, f.relative_to(root).as_posix())
+    return str(archive)

@@ -36,8 +36,10 @@ from encoders.lookup import open_shard, open_shared
 from encoders.store import BLOBS, LmdbShard, check_shard_files, read_meta
 from subzero.engine import arrays, layout
 from subzero.engine.catalog import Catalog
-from subzero.engine.runs import load_workflow
-from subzero.errors import CatalogError, StoreError
+from subzero import manifest
+from subzero.codeid import CodeGate
+from subzero.engine.runs import operator_code, read_manifest
+from subzero.errors import CatalogError, CodeError, StoreError
 
 #: what a damaged file raises while it is read
 _READ_ERRORS = (lmdb.Error, OSError, ValueError, KeyError, IndexError, RuntimeError,
@@ -180,21 +182,20 @@ def _check_array(home: Path, rid: str, name: str, row: dict[str, Any], report: R
                                            f"cannot be decoded: {_first_line(e)} ({f})"))
 
 
-def _check_catalog(home: Path, rid: str, info: dict[str, Any], shard_rows: list[dict[str, Any]],
+def _check_catalog(home: Path, rid: str, info: dict[str, Any],
+                   cat_ops: dict[str, dict[str, Any]], shard_rows: list[dict[str, Any]],
                    names: set[str], report: Report) -> None:
     run_dir = layout.run_dir(home, rid)
     if not run_dir.is_dir():
         report.problems.append(Problem("catalog", rid, f"the run's folder is missing ({run_dir})"))
         return
     if info["status"] == "complete":
-        if not layout.workflow_path(home, rid).is_file():
-            report.problems.append(Problem("catalog", rid, "its bound workflow (workflow.pkl) "
-                                           "is missing: re-execution cannot run"))
-        else:
-            try:
-                load_workflow(home, rid)
-            except StoreError as e:
-                report.problems.append(Problem("catalog", rid, str(e).split("; run")[0]))
+        # the manifest is read and checked, but no module it names is imported
+        try:
+            doc = read_manifest(home, rid, info, operator_code(cat_ops))
+            CodeGate(manifest.module_records(doc), home=home).check_all()
+        except (StoreError, CodeError) as e:
+            report.problems.append(Problem("catalog", rid, str(e).split("; run 'subzero")[0]))
     listed = {os.path.normpath(home / r["path"]) for r in shard_rows}
     lineage = run_dir / "lineage"
     if lineage.is_dir():
@@ -230,10 +231,11 @@ def verify_run(home: str | os.PathLike | None, run: str) -> Report:
         rid = info["id"]
         rows = cat.shards(rid)
         arrs = cat.arrays(rid)
+        ops = cat.operators(rid)
     finally:
         cat.close()
     report = Report(rid, info["status"])
-    _check_catalog(home, rid, info, [r for r in rows if _own(r, rid)], set(arrs), report)
+    _check_catalog(home, rid, info, ops, [r for r in rows if _own(r, rid)], set(arrs), report)
     for row in rows:
         _check_shard(home, row, report)
     for name, row in arrs.items():

@@ -218,7 +218,7 @@ class QueryExecutor:
                     note = (f"{str(e).split(';')[0]}; re-executed instead (run "
                             f"'subzero verify {self.run.id}')")
                     return res, Step(op_name, i, used, n_in, res.n, time.perf_counter() - t0,
-                                     note)
+                                     note, self._ran_changed_code(op_name, used))
                 if res is None:  # reading cost more than re-executing would
                     note = (f"switched from stored:{strategy.name} after "
                             f"{max(budget, self.min_switch_s):.3f} s")
@@ -240,7 +240,15 @@ class QueryExecutor:
                     res = self._stored(op, i, backward, f, stored[0], None)
                     used = f"stored:{stored[0].name}"
                     note = f"{str(e).split(';')[0]}; read stored lineage instead"
-        return res, Step(op_name, i, used, n_in, res.n, time.perf_counter() - t0, note)
+        return res, Step(op_name, i, used, n_in, res.n, time.perf_counter() - t0, note,
+                         self._ran_changed_code(op_name, used))
+
+    def _ran_changed_code(self, op_name: str, used: str) -> bool:
+        """Whether a step that ``used`` a method ran the operator's changed code (all but
+        stored pairs, which the run wrote, and the methods that read nothing)."""
+        if op_name not in self.run.changed_code:
+            return False
+        return not (used in ("empty", "entire-array") or used.startswith("stored:full"))
 
     @staticmethod
     def _map(op: Operator, i: int, backward: bool, f: Frontier, out_shape: tuple

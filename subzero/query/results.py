@@ -24,12 +24,17 @@ class Step:
     out_count: int
     elapsed_s: float
     note: str = ""
+    #: the step ran the operator's code, which changed since the run (allowed by the
+    #: caller: ``allow_changed_code``); its answer may differ from the run's lineage
+    changed_code: bool = False
 
     def to_json(self) -> dict[str, Any]:
         d = {"operator": self.operator, "input": self.input, "method": self.method,
              "in_count": self.in_count, "out_count": self.out_count, "elapsed_s": self.elapsed_s}
         if self.note:
             d["note"] = self.note
+        if self.changed_code:
+            d["changed_code"] = True
         return d
 
 
@@ -52,6 +57,12 @@ class LineageResult:
     @property
     def shape(self) -> tuple[int, ...]:
         return self.frontier.shape
+
+    @property
+    def changed_code(self) -> list[str]:
+        """The operators whose code changed since the run and answered a step of this
+        query anyway (``allow_changed_code``): the answer is not the run's own lineage."""
+        return list(dict.fromkeys(s.operator for s in self.steps if s.changed_code))
 
     @property
     def mask(self) -> np.ndarray:
@@ -78,6 +89,8 @@ class LineageResult:
             "shape": list(self.shape), "count": self.count, "elapsed_s": self.elapsed_s,
             "steps": [s.to_json() for s in self.steps],
         }
+        if self.changed_code:
+            doc["changed_code"] = self.changed_code
         if self.count <= max_cells:
             doc["cells"] = self.coords.tolist()
         return doc

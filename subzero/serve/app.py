@@ -66,10 +66,10 @@ def _error(status: int, message: str) -> JSONResponse:
 class Service:
     """The explorer on its own thread, and the handlers that call it."""
 
-    def __init__(self, home: Any) -> None:
+    def __init__(self, home: Any, allow_changed_code: bool = False) -> None:
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="subzero-explorer")
         # created on the worker thread: SQLite connections stay on the thread that made them
-        self.explorer: Explorer = self.pool.submit(Explorer, home).result()
+        self.explorer: Explorer = self.pool.submit(Explorer, home, allow_changed_code).result()
 
     async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.wrap_future(self.pool.submit(fn, *args))
@@ -134,11 +134,14 @@ async def _spec(request: Request) -> dict[str, Any]:
     return spec
 
 
-def create_app(home: Any, token: str | None = None, loopback: bool = True) -> Starlette:
+def create_app(home: Any, token: str | None = None, loopback: bool = True,
+               allow_changed_code: bool = False) -> Starlette:
     """The explorer app on ``home``. With ``token``, every request must carry it (header
     ``Authorization: Bearer TOKEN``, ``?token=TOKEN`` or the cookie the page sets); bound to
-    loopback, only loopback host names are answered (no DNS rebinding)."""
-    svc = Service(home)
+    loopback, only loopback host names are answered (no DNS rebinding).
+    ``allow_changed_code``: run operators whose code changed since their run (the page
+    warns of them either way)."""
+    svc = Service(home, allow_changed_code)
     ex = svc.explorer
 
     async def runs(request: Request) -> Response:

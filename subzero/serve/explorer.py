@@ -112,8 +112,9 @@ class _Warm:
 class Explorer:
     """The runs of one home, for the web explorer (one thread only)."""
 
-    def __init__(self, home: str | Path | None) -> None:
+    def __init__(self, home: str | Path | None, allow_changed_code: bool = False) -> None:
         self.home = layout.resolve_home(home)
+        self.allow_changed_code = allow_changed_code
         path = layout.catalog_path(self.home)
         if not path.is_file():
             raise StoreError(f"no SubZero home at {self.home} (no catalog {path.name}); "
@@ -142,7 +143,8 @@ class Explorer:
             raise NotFound(str(e).splitlines()[0]) from None
         w = self._warm.get(info["id"])
         if w is None:
-            loaded = load_run(self.home, info["id"], catalog=self.catalog)
+            loaded = load_run(self.home, info["id"], catalog=self.catalog,
+                              allow_changed_code=self.allow_changed_code)
             run = Run(loaded, requested=rid)
             qx = QueryExecutor(loaded, catalog=self.catalog)
             w = self._warm[info["id"]] = _Warm(run, qx)
@@ -166,6 +168,7 @@ class Explorer:
             operators.append({"name": name, "class": row.get("class"), "kind": row.get("kind"),
                               "inputs": list(wf.nodes[name].inputs),
                               "strategies": row.get("strategies", []),
+                              "code": row.get("code"),
                               "lineage_bytes": st.get("lineage_bytes"),
                               "runtime_s": st.get("runtime_s")})
         named = [{"name": q.name, "direction": q.direction, "start": q.start, "to": q.to,
@@ -176,7 +179,9 @@ class Explorer:
                                                  "parent")}
         return {**info, "run": loaded.id, "inputs": list(wf.inputs),
                 "outputs": [a["name"] for a in arrays if a["output"] and not a["input"]],
-                "arrays": arrays, "operators": operators, "named": named}
+                "arrays": arrays, "operators": operators, "named": named,
+                "changed_code": dict(loaded.changed_code),
+                "unavailable": dict(loaded.unavailable)}
 
     def _array(self, w: _Warm, name: Any) -> dict[str, Any]:
         arrays = w.run.loaded.arrays

@@ -70,12 +70,26 @@ async function openRun(rid) {
   state.selection = null;
   $("run-summary").textContent = `${info.workflow} · ${info.strategy || "-"} · ` +
     `${info.runtime_s ? info.runtime_s.toFixed(2) + " s" : ""} · lineage ${human(info.lineage_bytes)}`;
+  showCodeWarning(info);
   drawGraph();
   drawNamed();
   renderResult();
   const first = info.outputs[0] || info.arrays[0].name;
   openArray(first, true);
   status(`run ${rid}: click a pixel of an array to trace its lineage`);
+}
+
+// The operators whose code changed since the run, or cannot be imported here: their stored
+// lineage still answers; what needs their code is refused, or marked when allowed.
+function showCodeWarning(info) {
+  const box = $("code-warning");
+  const lines = [];
+  for (const [op, why] of Object.entries(info.changed_code || {}))
+    lines.push(`${op}: ${why}; answers through it use today's code, not the run's`);
+  for (const [op, why] of Object.entries(info.unavailable || {}))
+    lines.push(`${op}: ${why}`);
+  box.textContent = lines.length ? `Code warning: ${lines.join(" · ")}` : "";
+  box.hidden = !lines.length;
 }
 
 // -- the workflow graph --------------------------------------------------------------------
