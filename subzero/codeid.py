@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.machinery
-import importlib.metadata
 import importlib.util
 import os
 import re
@@ -72,7 +71,11 @@ def locate(module: str) -> Path | None:
             search = list(getattr(loaded, "__path__", []) or [])
             continue
         try:
-            spec = importlib.machinery.PathFinder.find_spec(name, search)
+            if k == 0:  # every finder of the import system (an editable install has its
+                # own), which finds a top-level module without executing it
+                spec = importlib.util.find_spec(name)
+            else:  # a submodule, in its package's folders only: its package not imported
+                spec = importlib.machinery.PathFinder.find_spec(name, search)
         except (ImportError, ValueError):
             spec = None
         if spec is None:
@@ -83,11 +86,51 @@ def locate(module: str) -> Path | None:
     return Path(spec.origin).resolve()
 
 
-def _dist(name: str) -> Any:
+@lru_cache(maxsize=1)
+def _dist_infos() -> dict[str, Path]:
+    """Installed distributions' metadata folders (``*.dist-info``) on the import path, by
+    normalised name: read directly, which is quicker to start than importing
+    :mod:`importlib.metadata` in every command that loads a run."""
+    out: dict[str, Path] = {}
+    for entry in sys.path:
+        try:
+            with os.scandir(entry or ".") as it:
+                names = [e.name for e in it if e.name.endswith(".dist-info")]
+        except OSError:
+            continue
+        for n in sorted(names):
+            out.setdefault(_norm(n[:-len(".dist-info")].split("-")[0]), Path(entry or ".") / n)
+    return out
+
+
+def _dist(name: str) -> Path | None:
+    return _dist_infos().get(_norm(name))
+
+
+def _read(folder: Path, name: str) -> str | None:
     try:
-        return importlib.metadata.distribution(name)
-    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return (folder / name).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
         return None
+
+
+def _dist_name(folder: Path) -> str:
+    """A distribution's name as its metadata spells it (``Name:``)."""
+    for line in (_read(folder, "METADATA") or "").splitlines():
+        if line.startswith("Name:"):
+            return line.split(":", 1)[1].strip()
+        if not line.strip():
+            break
+    return folder.name[:-len(".dist-info")].split("-")[0]
+
+
+def _dist_version(folder: Path) -> str | None:
+    for line in (_read(folder, "METADATA") or "").splitlines():
+        if line.startswith("Version:"):
+            return line.split(":", 1)[1].strip()
+        if not line.strip():
+            break
+    return None
 
 
 @lru_cache(maxsize=None)
@@ -95,15 +138,15 @@ def _tops(name: str) -> frozenset[str] | None:
     """The top-level modules installed distribution ``name`` provides (its
     ``top_level.txt``, else the first part of each path its ``RECORD`` lists); None when it
     is not installed."""
-    d = _dist(name)
-    if d is None:
+    folder = _dist(name)
+    if folder is None:
         return None
-    text = d.read_text("top_level.txt")
+    text = _read(folder, "top_level.txt")
     if text:
         return frozenset(text.split())
     tops = set()
-    for f in d.files or ():
-        first = f.parts[0] if f.parts else ""
+    for line in (_read(folder, "RECORD") or "").splitlines():
+        first = line.split(",", 1)[0].split("/", 1)[0]
         if first.endswith(".py"):
             first = first[:-3]
         if first and not first.endswith((".dist-info", ".egg-info", ".data")) and \
@@ -117,10 +160,9 @@ def _top_level_index() -> dict[str, str]:
     """Top-level module -> distribution, from the distributions that list their top-level
     modules (``top_level.txt``): quick, unlike reading every ``RECORD``."""
     out: dict[str, str] = {}
-    for d in importlib.metadata.distributions():
-        text = d.read_text("top_level.txt")
-        for top in (text or "").split():
-            out.setdefault(top, d.metadata["Name"])
+    for folder in _dist_infos().values():
+        for top in (_read(folder, "top_level.txt") or "").split():
+            out.setdefault(top, _dist_name(folder))
     return out
 
 
@@ -148,21 +190,21 @@ def distribution(module: str) -> tuple[str | None, str | None]:
         return STDLIB, ".".join(str(v) for v in sys.version_info[:3])
     name = None
     d = _dist(top)  # most distributions are named after their package (numpy, scipy)
-    if d is not None and belongs(module, d.metadata["Name"]):
-        name = d.metadata["Name"]
+    if d is not None:
+        name = _dist_name(d)
     if name is None:
         name = _top_level_index().get(top)
     if name is None:
         f = locate(module)
         if f is not None and any(p in ("site-packages", "dist-packages") for p in f.parts):
+            import importlib.metadata  # every RECORD: slow, and only for odd packages
+
             names = importlib.metadata.packages_distributions().get(top) or []
             name = names[0] if names else None
     if name is None:
         return None, None
-    try:
-        return name, importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return name, None
+    folder = _dist(name)
+    return name, None if folder is None else _dist_version(folder)
 
 
 @dataclass(frozen=True)

@@ -149,3 +149,19 @@ values = st.recursive(
 @given(values)
 def test_any_nesting_of_plain_values_round_trips(value):
     assert same(value, roundtrip(value))
+
+
+def test_locate_finds_a_module_without_importing_it():
+    """Through every finder of the import system (the project is an editable install,
+    found by its own finder, not by a folder on sys.path), and never by running it."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys; from subzero.codeid import locate; "
+            "p = locate('workflows.genomics_udfs'); "
+            "print(p, 'workflows' in sys.modules, 'workflows.genomics_udfs' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd="/", env=env, check=True).stdout.split()
+    assert out[0].endswith("workflows/genomics_udfs.py") and out[1:] == ["False", "False"]

@@ -299,6 +299,19 @@ def _plant_manifest(home: Path, rid: str, module: str, file: Path, distribution=
     return data
 
 
+def test_a_catalog_row_that_disagrees_with_the_manifest_is_refused(small_run, tmp_path):
+    home, rid = small_run
+    db = Catalog(home / "catalog.sqlite")
+    row = db.operators(rid)["bright"]["code"]
+    db.db.execute("UPDATE operators SET code = ? WHERE name = 'bright'",
+                  (json.dumps(dict(row, digest="0" * 64)),))
+    db.db.commit()
+    db.close()
+    results = _every_command(home, rid, tmp_path)
+    one_line_error(results[0], "manifest and catalog disagree", "'bright'")
+    assert results[4].returncode == 3 and "disagree" in results[4].stdout
+
+
 @pytest.mark.parametrize("where", ["altered", "in-home", "foreign-owner", "distribution"])
 def test_a_planted_manifest_never_imports_its_module(small_run, tmp_path, where, monkeypatch):
     import hashlib
