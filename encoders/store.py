@@ -40,8 +40,10 @@ import json
 import os
 import shutil
 import socket
+import tempfile
 import time
 import uuid
+import weakref
 import zlib
 from itertools import islice
 from pathlib import Path
@@ -160,6 +162,13 @@ def _write_rtree(base: Path, sp: SpatialIndex) -> None:
                                   np.ascontiguousarray(sp.maxs, dtype=np.float64)),
                       properties=p)
     idx.close()
+
+
+def _scratch_root() -> str | None:
+    """Where readers keep private copies of R-trees: memory-backed ``/dev/shm`` when the
+    system has it, else the temporary folder."""
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
 
 
 def _read_meta(path: Path) -> dict[str, Any] | None:
@@ -341,6 +350,7 @@ class LmdbShard(ShardData):
         self._blob_db = None      # the blobs' database (None: the main one)
         self._blob_key = BLOB_KEY  # their keys' prefix there
         self._rtrees: dict[str, Any] = {}
+        self._scratch: Path | None = None  # private copies of the R-trees read
         self._cursors: dict[str, Any] = {}
         if (self.path / DATA).exists():
             names = list(meta.get("lmdb", {}))
@@ -468,7 +478,7 @@ class LmdbShard(ShardData):
             else:
                 d = int(self.meta["rtree_dims"][name])
                 p = _rtree_props(d)
-                self._rtrees[name] = index.Index(str(base), properties=p)
+                self._rtrees[name] = index.Index(str(self._private_copy(base)), properties=p)
         tree = self._rtrees[name]
         if tree is None or len(mins) == 0:
             return np.empty(0, dtype=np.int64)
@@ -476,11 +486,27 @@ class LmdbShard(ShardData):
                                      np.ascontiguousarray(maxs, dtype=np.float64))
         return uniq(ids)
 
+    def _private_copy(self, base: Path) -> Path:
+        """The R-tree ``base`` copied to a private scratch folder, which the reader opens
+        instead: libspatialindex writes its header and pages back when an index closes,
+        and a published shard is never written (its checksum covers these files)."""
+        if self._scratch is None:
+            self._scratch = Path(tempfile.mkdtemp(prefix="subzero-rtree-", dir=_scratch_root()))
+            # removed with the reader even when it is never closed
+            weakref.finalize(self, shutil.rmtree, self._scratch, True)
+        copy = self._scratch / base.name
+        for suffix in (".dat", ".idx"):
+            shutil.copyfile(base.with_suffix(suffix), copy.with_suffix(suffix))
+        return copy
+
     def close(self) -> None:
         for t in self._rtrees.values():
             if t is not None:
                 t.close()
         self._rtrees.clear()
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
         for c in self._cursors.values():
             c.close()
         self._cursors.clear()

@@ -282,6 +282,15 @@ class StencilOperator(MappingOperator):
             raise ShapeError(
                 f"operator {self.name!r}: radius {self.radius} does not fit shape {self.out_shape}"
             )
+        # a halo wider than the input reaches no further input cell and only costs memory:
+        # a kernel's footprint grows as the radius to the power of the array's rank
+        for axis, (r, n) in enumerate(zip(self.radius_for(len(self.out_shape)),
+                                          self.out_shape)):
+            if r > n:
+                raise ShapeError(
+                    f"operator {self.name!r} ({type(self).__name__}): radius {r} on axis "
+                    f"{axis} of an input of shape {self.out_shape}; expected a radius of at "
+                    f"most {n} (the halo may be no larger than the input)")
 
     @abstractmethod
     def kernel(self, *blocks: np.ndarray) -> np.ndarray:

@@ -29,6 +29,7 @@ from typing import Any, Mapping
 from encoders import sizes
 from encoders.sizes import DEFAULT_FILE_PER_LOGICAL, DEFAULTS, ENCODED, FEATURES, TARGETS
 from subzero.errors import SubZeroError
+from subzero.jsonio import TooDeepError, loads_limited
 from subzero.modes import Strategy
 from subzero.query.costs import CALIBRATION_FILE, QueryCosts
 
@@ -123,7 +124,9 @@ def load_calibration(path: str | Path | None = None) -> Calibration:
             raise CalibrationError(f"calibration file {p} does not exist")
         return Calibration.default()
     try:
-        doc = json.loads(p.read_text())
+        doc = loads_limited(p.read_text())
+    except TooDeepError as e:
+        raise CalibrationError(f"calibration file {p}: its lists and objects are {e}") from None
     except (OSError, ValueError) as e:
         raise CalibrationError(f"calibration file {p} is not valid JSON ({e})") from None
     if not isinstance(doc, Mapping):

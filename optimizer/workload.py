@@ -29,7 +29,7 @@ direction is the expected number of traversals per query (its ``p_i``).
 
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -42,6 +42,7 @@ from subzero.cells import Box
 from subzero.engine.runs import LoadedRun
 from subzero.errors import QueryError, SubZeroError
 from subzero.frontier import start_frontier
+from subzero.jsonio import TooDeepError, loads_limited
 from subzero.modes import Mode
 from subzero.query.paths import dag_steps
 
@@ -139,10 +140,34 @@ def _step_fanout(prof: OpProfile | None, i: int, backward: bool) -> float:
     return max((in_i / max(1.0, distinct_i)) * (ms.out_cells / ms.pairs), 0.0)
 
 
+def parse_weight(value: Any, k: int) -> float:
+    """The weight of sample query ``k`` (1-based): a finite number >= 0. A NaN or infinite
+    weight would make every expected query cost NaN or infinite, and the plan meaningless.
+
+    >>> parse_weight(2, 1), parse_weight("0.5", 2)
+    (2.0, 0.5)
+    >>> parse_weight(float("nan"), 3)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    optimizer.workload.WorkloadError: query 3: weight must be a finite, non-negative number...
+    """
+    try:
+        weight = float(value)
+    except (TypeError, ValueError):
+        raise WorkloadError(f"query {k}: weight must be a number. Got {value!r}.") from None
+    if isinstance(value, bool) or not math.isfinite(weight) or weight < 0:
+        raise WorkloadError(f"query {k}: weight must be a finite, non-negative number. "
+                            f"Got {value!r}.")
+    return weight
+
+
 def _count_cells(q: Mapping[str, Any], shape: Sequence[int], k: int) -> float:
     if "cells" in q:
         c = q["cells"]
         if isinstance(c, (int, float)) and not isinstance(c, bool):
+            if not math.isfinite(c):
+                raise WorkloadError(f"query {k}: 'cells' must be a finite count or a list of "
+                                    f"cells. Got {c!r}.")
             return float(max(1, min(int(c), int(np.prod(shape)))))
         if isinstance(c, list):
             return float(max(1, len(c)))
@@ -181,13 +206,7 @@ def from_queries(queries: Sequence[Mapping[str, Any]], wf: Any,
     for k, q in enumerate(queries, 1):
         if not isinstance(q, Mapping):
             raise WorkloadError(f"query {k} must be a JSON object. Got {q!r}.")
-        try:
-            weight = float(q.get("weight", 1.0))
-        except (TypeError, ValueError):
-            raise WorkloadError(
-                f"query {k}: weight must be a number. Got {q.get('weight')!r}.") from None
-        if weight < 0:
-            raise WorkloadError(f"query {k}: weight must be non-negative. Got {weight}.")
+        weight = parse_weight(q.get("weight", 1.0), k)
         q = dict(q)
         if "named" in q:
             nq = wf.queries.get(q["named"])
@@ -234,6 +253,9 @@ def from_queries(queries: Sequence[Mapping[str, Any]], wf: Any,
         w.total += weight
         for op, n in _propagate(wf, direction, start, steps, n0, profiles):
             w.add(op, direction, weight, n)
+    if not math.isfinite(w.total):  # finite weights whose sum overflows
+        raise WorkloadError(f"the query weights add up to {w.total}; expected weights whose "
+                            "sum is a finite number (scale them down)")
     return w
 
 
@@ -242,9 +264,11 @@ def from_file(path: str | Path, wf: Any, profiles: Mapping[str, OpProfile] | Non
     """Read a workload file (``{"queries": [...]}`` or a bare list)."""
     p = Path(path)
     try:
-        doc = json.loads(p.read_text())
+        doc = loads_limited(p.read_text())
     except FileNotFoundError:
         raise WorkloadError(f"workload file {p} does not exist") from None
+    except TooDeepError as e:
+        raise WorkloadError(f"workload file {p}: its lists and objects are {e}") from None
     except (OSError, ValueError) as e:
         raise WorkloadError(f"workload file {p} is not valid JSON ({e})") from None
     queries = doc.get("queries") if isinstance(doc, Mapping) else doc

@@ -303,12 +303,31 @@ def check_lineage(operator: Any, inputs: Sequence[Any] | None = None, samples: i
     >>> rep.sound, rep.mode("COMP").tightness                          # doctest: +SKIP
     """
     op = resolve(operator, params)
-    if inputs is None:
-        spec = operator if isinstance(operator, (str, type)) else op
-        arrays = default_inputs(spec if not params else op, seed=seed, shape=shape)
-    else:
-        arrays = [np.asarray(a) for a in inputs]
     name = operator if isinstance(operator, str) else type(op).__name__
-    bound = bind(op, *arrays, name=name)
-    return check_operator(bound, arrays, samples=samples, seed=seed, modes=modes, split=split,
-                          rtol=rtol, cells=cells)
+    arrays: list[np.ndarray] = []
+    try:
+        if inputs is None:
+            spec = operator if isinstance(operator, (str, type)) else op
+            arrays = default_inputs(spec if not params else op, seed=seed, shape=shape)
+        else:
+            arrays = [np.asarray(a) for a in inputs]
+        bound = bind(op, *arrays, name=name)
+        return check_operator(bound, arrays, samples=samples, seed=seed, modes=modes,
+                              split=split, rtol=rtol, cells=cells)
+    except MemoryError as e:  # parameters asking for more than the machine has
+        raise SubZeroError(_out_of_memory(name, op, params, arrays, e)) from None
+
+
+def _out_of_memory(name: str, op: Any, params: Mapping[str, Any] | None,
+                   arrays: Sequence[np.ndarray], e: MemoryError) -> str:
+    """The one line of a check that ran out of memory: the operator, its parameters (the
+    likely cause), the inputs' shapes and what numpy could not allocate."""
+    given = dict(params) if params else op.params()
+    text = ", ".join(f"{k}={v!r}" for k, v in given.items()) or "none"
+    if len(text) > 120:
+        text = text[:117] + "..."
+    shapes = ", ".join(str(tuple(a.shape)) for a in arrays) or "not made yet"
+    why = str(e).splitlines()[0] if str(e) else "MemoryError"
+    return (f"operator {name!r} with parameters {text} ran out of memory while being checked "
+            f"on inputs of shape {shapes} ({why}); expected parameters whose work fits in "
+            "this machine's memory")

@@ -15,6 +15,10 @@ A :class:`Chunking` policy gives the chunk shape of every array of a run:
 
 An operator whose parallelization is *global* runs as one task that writes every chunk.
 
+An explicit chunking is checked against the workflow's arrays before a run starts
+(:func:`check_chunk_sizes`): no array in more than :data:`DEFAULT_MAX_CHUNKS` chunks, nor
+in many chunks under :data:`MIN_CHUNK_BYTES`.
+
 >>> Chunking(split=2).chunk_shape((5, 4))
 (3, 2)
 >>> Chunking(tasks=2).chunk_shape((2001, 513))
@@ -28,12 +32,21 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
+
+import numpy as np
 
 from subzero.cells import Box
 from subzero.errors import SubZeroError
+from subzero.sizes import human_bytes
 
 DEFAULT_MAX_CELLS = 1 << 22
+#: the most chunks an explicit chunking may cut one array into (``subzero run --max-chunks``)
+DEFAULT_MAX_CHUNKS = 100_000
+#: the smallest chunk an explicit chunking may make (``subzero run --force`` allows
+#: smaller ones) in an array of more than :data:`FEW_CHUNKS` chunks
+MIN_CHUNK_BYTES = 64 * 1024
+FEW_CHUNKS = 64
 
 
 @dataclass(frozen=True)
@@ -125,6 +138,54 @@ def chunk_grid(shape: Sequence[int], chunk: Sequence[int]) -> list[tuple[tuple[i
         hi = tuple(min(s, l + c) for s, l, c in zip(shape, lo, chunk))
         out.append((tuple(idx), Box(lo, hi)))
     return out
+
+
+def chunk_count(shape: Sequence[int], chunk: Sequence[int]) -> int:
+    """How many chunks of shape ``chunk`` cover an array of ``shape`` (1 for rank 0).
+
+    >>> chunk_count((5, 4), (3, 2)), chunk_count((), ())
+    (4, 1)
+    """
+    return math.prod(max(1, math.ceil(s / c)) for s, c in zip(shape, chunk))
+
+
+def check_chunk_sizes(chunking: Chunking, arrays: Mapping[str, tuple[Sequence[int], Any]],
+                      spec: str = "the chunking", max_chunks: int = DEFAULT_MAX_CHUNKS,
+                      force: bool = False) -> None:
+    """Refuse a chunking that would cut an array of ``arrays`` (name: ``(shape, dtype)``)
+    into more than ``max_chunks`` chunks, or, unless ``force``, into chunks smaller than
+    :data:`MIN_CHUNK_BYTES` where the array gets more than :data:`FEW_CHUNKS` of them.
+
+    Every chunk is a file and a task: a chunking far finer than the data makes a run
+    spend its time and its home's inodes on them. A small array may still be cut into a
+    few small chunks (tests and demos do). ``spec`` names the chunking in the message.
+
+    >>> check_chunk_sizes(Chunking(split=2), {"a": ((40, 30), "float64")})
+    >>> check_chunk_sizes(Chunking(split=1000), {"a": ((1000, 1000), "uint8")},
+    ...                   "--chunks 1000")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    subzero.errors.SubZeroError: --chunks 1000 cuts array 'a' (1000x1000 uint8) into ...
+    """
+    if max_chunks < 1:
+        raise SubZeroError(f"the most chunks an array may have must be positive. "
+                           f"Got {max_chunks}.")
+    for name, (shape, dtype) in arrays.items():
+        shape = tuple(int(s) for s in shape)
+        if not shape:
+            continue
+        chunk = chunking.chunk_shape(shape)
+        n = chunk_count(shape, chunk)
+        what = f"{spec} cuts array {name!r} ({'x'.join(map(str, shape))} {np.dtype(dtype)})"
+        if n > max_chunks:
+            raise SubZeroError(f"{what} into {n:,} chunks; expected at most {max_chunks:,} "
+                               "chunks an array (a coarser chunking, or a higher --max-chunks)")
+        size = math.prod(chunk) * max(1, np.dtype(dtype).itemsize)
+        if not force and n > FEW_CHUNKS and size < MIN_CHUNK_BYTES:
+            raise SubZeroError(
+                f"{what} into {n:,} chunks of {human_bytes(size)}; expected chunks of at "
+                f"least {MIN_CHUNK_BYTES // 1024} KiB in an array of more than {FEW_CHUNKS} "
+                "chunks (a coarser chunking, or --force to allow small chunks)")
 
 
 def chunk_of(cell_box: Box, chunk: Sequence[int]) -> tuple[int, ...]:

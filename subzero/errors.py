@@ -41,6 +41,11 @@ class CatalogError(SubZeroError):
     """The catalog does not hold what was asked for."""
 
 
+class DamagedCatalogError(CatalogError):
+    """The catalog's file is damaged (SQLite finds it malformed): named, with ``subzero
+    verify`` suggested."""
+
+
 class QueryError(SubZeroError):
     """A lineage query that cannot be answered as asked."""
 
@@ -57,3 +62,10 @@ class CodeError(SubZeroError):
     """Code a run names that cannot be used: a module outside its recorded distribution,
     inside the home, changed since the run, or that fails to import; or an operator or
     parameter that cannot be recorded as data."""
+
+
+class NoSpaceError(SubZeroError):
+    """The file system refused a write: no space left (ENOSPC), over quota (EDQUOT) or
+    read-only (EROFS). Not the user's input, so the command exits 1, in one line."""
+
+    exit_code = 1

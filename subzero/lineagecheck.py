@@ -486,7 +486,7 @@ class _Runner:
         self._base: dict[bool, np.ndarray] = {}
         try:
             self.base = self._run(self.inputs, False)
-        except SubZeroError:
+        except (SubZeroError, MemoryError):  # out of memory: the caller names the parameters
             raise
         except Exception as e:  # noqa: BLE001 - the user's operator, named in one line
             raise CheckError(f"operator {op.name!r} fails on its inputs: {_problem(e)}"

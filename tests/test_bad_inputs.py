@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import subzero.engine.runner as runner
+from operators import UDF
 from subzero.cli import main
 from tests.conftest import SHARED_DATA
 
@@ -145,18 +146,33 @@ CASES = [
     (["run", "example", "--chunks", "-2"], 2, "positive"),
     (["run", "example", "--chunks", "0,5"], 2, "positive"),
     (["run", "example", "--chunks", ""], 2, "expected a value"),
+    (["run", "example", "--chunks", "9999999999999999999999999"], 2, "at most 100,000 chunks"),
+    (["run", "example", "--chunks", "100", "--max-chunks", "5000"], 2, "at most 5,000"),
+    (["run", "example", "--param", "shape=40x30", "--chunks", "9999999999999999999999999"],
+     2, "--force"),
+    (["run", "example", "--chunks", "300"], 2, "64 KiB"),
+    (["run", "example", "--chunks", "2", "--max-chunks", "0"], 2, "--max-chunks 0"),
+    (["run", "example", "--max-chunks", "-3"], 2, "--max-chunks -3"),
     (["run", "example", "--master", ""], 2, "expected a value"),
     (["run", "example", "--master", "bogus"], 2, "master"),
     (["run", "example", "--master", "local[0]"], 2, "master"),
     (["run", "example", "--master", "spark://"], 2, "master"),
     (["run", "example", "--home", "{F}/homefile"], 2, "is a file"),
     (["run", "example", "--home", "{F}/homefile/sub"], 2, "home"),
+    (["run", "example", "--home", ""], 2, "--home ''"),
+    (["run", "example", "--home", "{F}/loop"], 2, "symlink loop"),
+    (["run", "example", "--plan", "{F}/deep.json"], 2, "levels deep"),
+    (["run", "example", "--input", "image="], 2, "expected a file path for input 'image'"),
+    (["run", "astronomy", "--input", "exp1=", "--input", "exp2={F}/adir"], 2, "'exp1'"),
     # runs, show
     (["runs", "--bogus"], 2, "unrecognized"),
     (["runs", "extra"], 2, "unrecognized"),
     (["runs", "--home", "{F}/homefile"], 2, "is a file"),
     (["runs", "--home", "{F}/nowhere"], 2, "no SubZero home"),
     (["runs", "--home", "{F}/badhome"], 2, "catalog"),
+    (["runs", "--home", ""], 2, "--home ''"),
+    (["runs", "--home", "{F}/loop"], 2, "symlink loop"),
+    (["show", "r1", "--home", "{F}/loop/sub"], 2, "symlink loop"),
     (["show"], 2, "required"),
     (["show", "r99"], 2, "unknown run"),
     (["show", ""], 2, "unknown run"),
@@ -232,6 +248,39 @@ CASES = [
     ([*Q1, *IMG, "--png", "{F}/homefile/x.png"], 2, "not a folder"),
     ([*Q1, *IMG, "--home", "{F}/homefile"], 2, "is a file"),
     ([*Q2, "--cells", "10,10", "--to", "exp1", "--method", "bogus"], 2, "invalid choice"),
+    # the direction after an option is the direction
+    (["query", "r1", "--method", "stored", "backward", "--from", "bright", *IMG], 2,
+     "stores no lineage"),
+    (["query", "r1", "--method", "map", "sideways", "--from", "bright", *IMG], 2,
+     "invalid choice"),
+    (["query", "r1", "--method", "map", "backward", "forward", "--from", "bright", *IMG], 2,
+     "unrecognized arguments: forward"),
+    # replay: a value that starts with a minus is a value
+    (["replay", "r1", "--from", "image", "--cells", "1,1", "--set", "-inf"], 2, "'-inf'"),
+    (["replay", "r1", "--from", "image", "--cells", "1,1", "--set", "-NaN"], 2, "'-NaN'"),
+    (["replay", "r1", "--from", "image", "--cells", "1,1", "--set", "-5"], 2, "0 to 65535"),
+    (["replay", "r1", "--from", "bright", "--cells", "1,1", "--set", "-1e5"], 2, "bool"),
+    # check-lineage: parameters asking for more than the input or the memory holds
+    (["check-lineage", "MedianFilter", "--param", "radius=100000000"], 2,
+     "radius 100000000 on axis 0 of an input of shape (24, 20); expected a radius of at "
+     "most 24"),
+    (["check-lineage", "MedianFilter", "--param", "radius=[1, 21]"], 2, "at most 20"),
+    (["check-lineage", "tests.test_bad_inputs:Greedy", "--param", "scratch=100000"], 2,
+     "scratch=100000 ran out of memory"),
+    (["check-lineage", "MedianFilter", "--param", "radius=" + "[" * 5000 + "]" * 5000], 2,
+     "--param radius"),
+    # rm and gc (every case is refused: the corpus' runs are never removed)
+    (["rm"], 2, "required"),
+    (["rm", "r99"], 2, "unknown run"),
+    (["rm", "latest:nope"], 2, "no complete run"),
+    (["rm", "r1", "--home", "{F}/nowhere"], 2, "no SubZero home"),
+    (["rm", "r1", "--home", "{F}/homefile"], 2, "is a file"),
+    (["rm", "r1", "--home", "{F}/badhome"], 2, "catalog"),
+    (["gc", "--older-than", "30x"], 2, "--older-than"),
+    (["gc", "--older-than", "-3d"], 2, "--older-than"),
+    (["gc", "--keep-last", "-1"], 2, "--keep-last"),
+    (["gc", "--keep-last", "two"], 2, "--keep-last"),
+    (["gc", "--failed", "--home", "{F}/nowhere"], 2, "no SubZero home"),
     # migrate
     (["migrate", "{T}/nohome"], 2, "no SubZero home"),
     # optimize
@@ -253,6 +302,13 @@ CASES = [
     ([*OPT, "--workload", "{F}/bin.json"], 2, "workload"),
     ([*OPT, "--workload", "{F}/adir"], 2, "workload"),
     ([*OPT, "--workload", "{F}/listplan.json"], 2, "workload"),
+    ([*OPT, "--workload", "{F}/nanweight.json"], 2, "query 2: weight must be a finite"),
+    ([*OPT, "--workload", "{F}/nanweight.json", "--json"], 2, "Got nan"),
+    ([*OPT, "--workload", "{F}/infweight.json"], 2, "Got inf"),
+    ([*OPT, "--workload", "{F}/negweight.json"], 2, "Got -2"),
+    ([*OPT, "--workload", "{F}/nancells.json"], 2, "'cells' must be a finite count"),
+    ([*OPT, "--workload", "{F}/deep.json"], 2, "nested 100,000 levels deep"),
+    ([*OPT, "--calibration", "{F}/deep.json"], 2, "levels deep"),
     ([*OPT, "--calibration", "/no/cal.json"], 2, "calibration"),
     ([*OPT, "--calibration", "{F}/bin.json"], 2, "calibration"),
     ([*OPT, "--out", "{T}/missing/p.json"], 2, "does not exist"),
@@ -278,8 +334,24 @@ CASES = [
     (["verify", "latest:nope"], 2, "no complete run"),
     (["verify", "r1", "--home", "{F}/nowhere"], 2, "no SubZero home"),
     (["verify", "r1", "--home", "{F}/homefile"], 2, "is a file"),
-    (["verify", "r1", "--home", "{F}/badhome"], 2, "catalog"),
 ]
+
+
+class Greedy(UDF):
+    """A user's operator whose kernel wants a scratch cube of side ``scratch``: more memory
+    than any machine has when ``scratch`` is large (``check-lineage`` names it)."""
+
+    n_inputs = 1
+
+    def __init__(self, scratch=1):
+        self.scratch = int(scratch)
+
+    def params(self):
+        return {"scratch": self.scratch}
+
+    def run(self, ctx, x):
+        np.empty((self.scratch,) * 3)
+        return x.copy()
 
 
 def _bad_files(d):
@@ -313,6 +385,15 @@ def _bad_files(d):
                       "plan_bad_budget.json": {"plan": {"calibrate": ["map"]},
                                                "max_disk": "lots"}}.items():
         (d / name).write_text(json.dumps(doc))
+    query = {"direction": "backward", "from": "bright", "to": "image"}
+    for name, bad in {"nanweight.json": {"weight": float("nan")},
+                      "infweight.json": {"weight": float("inf")},
+                      "negweight.json": {"weight": -2}, "nancells.json": {"cells": float("nan")}
+                      }.items():  # the second query is bad (Python writes NaN, Infinity)
+        (d / name).write_text(json.dumps({"queries": [query, {**query, **bad}]}))
+    (d / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (d / "loop").symlink_to(d / "loop2")  # a symlink loop
+    (d / "loop2").symlink_to(d / "loop")
     if LSST.exists():
         (d / "trunc.fits").write_bytes(LSST.read_bytes()[:100_000])
     lines = (TABLE.read_text().splitlines() if TABLE.exists() else [])
@@ -410,10 +491,6 @@ def _undo_read_only(path, how):
 
 @pytest.mark.parametrize("argv, word", [
     (["run", "example", "--param", "shape=40x30", "--home", "{RO}/home"], "not writable"),
-    (["runs", "--home", "{RO}/home"], "catalog"),
-    (["show", "r1", "--home", "{RO}/home"], "catalog"),
-    ([*Q1, *IMG, "--home", "{RO}/home"], "catalog"),
-    (["export", "r1", "image", "{T}/x.npy", "--home", "{RO}/home"], "catalog"),
     (["export", "r1", "image", "{RO}/x.npy"], "read-only"),
     ([*Q1, *IMG, "--out", "{RO}/x.npy"], "read-only"),
     ([*Q1, *IMG, "--png", "{RO}/x.png"], "read-only"),
@@ -443,6 +520,42 @@ def test_read_only_home_or_output_is_one_line(argv, word, corpus, capsys, monkey
     assert word in lines[0], lines[0]
 
 
+@pytest.mark.parametrize("argv", [
+    ["runs", "--home", "{RO}/home"],
+    ["show", "r1", "--home", "{RO}/home"],
+    [*Q1, *IMG, "--home", "{RO}/home"],
+    ["export", "r1", "image", "{T}/x.npy", "--home", "{RO}/home"],
+    ["verify", "r1", "--home", "{RO}/home"],
+])
+def test_reading_commands_answer_on_a_read_only_home(argv, corpus, capsys, monkeypatch,
+                                                     tmp_path):
+    """A home this user cannot write (made read-only here; tests/test_readers_never_write.py
+    mounts one read-only) answers every reading command."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    home = ro / "home"
+    shutil.copytree(corpus["H"], home)
+    (home / "catalog.sqlite-wal").unlink(missing_ok=True)
+    (home / "catalog.sqlite-shm").unlink(missing_ok=True)
+    hows = [(p, _make_read_only(p)) for p in (home, ro)]
+    try:
+        if any(h is None for _, h in hows):
+            pytest.skip("cannot make a folder read-only here")
+        got, out = run_case([a.replace("{RO}", str(ro)) for a in argv], corpus, capsys,
+                            monkeypatch)
+    finally:
+        for p, how in reversed(hows):
+            if how:
+                _undo_read_only(p, how)
+    assert got == 0, out.err
+
+
+def test_a_garbage_catalog_is_damaged_for_verify(corpus, capsys, monkeypatch):
+    got, out = run_case(["verify", "r1", "--home", "{F}/badhome"], corpus, capsys,
+                        monkeypatch)
+    assert got == 3 and "damaged" in out.out, out.out + out.err
+
+
 def test_truncated_fits_warning_never_reaches_the_terminal(corpus, tmp_path):
     """In a subprocess, as a user sees it: astropy's truncation warning is not printed."""
     if not LSST.exists():
@@ -463,6 +576,47 @@ def test_no_bad_run_leaves_anything_behind(corpus):
     from subzero.api import Home
 
     assert [r["id"] for r in Home(corpus["H"]).runs()] == ["r1", "r2"]
+    assert sorted(os.listdir(os.path.join(corpus["H"], "runs"))) == ["r1", "r2"]
+
+
+def test_the_direction_may_follow_options(corpus, capsys):
+    """``query r1 --method map backward ...`` is the query with the direction first."""
+    tail = ["--from", "bright", *IMG, "--home", corpus["H"], "--json"]
+    docs = []
+    for argv in (["query", "r1", "backward", "--method", "map", *tail],
+                 ["query", "r1", "--method", "map", "backward", *tail],
+                 ["query", "--method", "map", "r1", *tail[:2], "backward", *tail[2:]]):
+        capsys.readouterr()
+        assert main(argv) == 0, capsys.readouterr().err
+        docs.append(json.loads(capsys.readouterr().out))
+    assert len({(d["direction"], d["count"]) for d in docs}) == 1
+    assert docs[0]["direction"] == "backward" and docs[0]["count"] > 0
+
+
+@pytest.mark.parametrize("value", ["-inf", "-Infinity", "-nan", "-5", "-1e5", "-.5", "inf"])
+def test_set_takes_a_value_that_starts_with_a_minus(value):
+    from subzero.cli.main import build_parser
+
+    args = build_parser(["replay"]).parse_args(["replay", "r1", "--from", "x", "--set", value])
+    assert args.set == value
+
+
+def _strict(text):
+    """JSON parsed by a strict reader (NaN and Infinity are not JSON)."""
+    def refuse(constant):
+        raise ValueError(f"not strict JSON: {constant}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_json_output_is_strict_json(corpus, capsys):
+    """``--json`` never prints NaN or Infinity: a figure that is not finite is null."""
+    from subzero.cli.common import emit_json
+
+    emit_json({"cost": float("nan"), "p": [np.float32("inf"), 1.5], "a": np.array([np.nan])})
+    assert _strict(capsys.readouterr().out) == {"cost": None, "p": [None, 1.5], "a": [None]}
+    assert main([*OPT, "--max-runtime", "inf", "--home", corpus["H"], "--json"]) == 0
+    doc = _strict(capsys.readouterr().out)
+    assert doc["max_runtime"] is None and doc["workflow"] == "example"
 
 
 def test_an_input_made_whole_that_cannot_fit_in_memory_is_refused(tmp_path):

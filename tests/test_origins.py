@@ -49,7 +49,7 @@ def test_an_old_catalog_is_migrated_and_keeps_its_runs(tmp_path):
     db.commit()
     db.close()
     cat = Catalog(path)
-    assert cat.schema_version == SCHEMA_VERSION == 5
+    assert cat.schema_version == SCHEMA_VERSION == 6
     assert cat.arrays("r1")["image"]["origin"] is None  # recorded before origins were
     assert cat.input_origins("r1") == {"r1": {"image": None}}
     cat.add_array("r2", "image", (4, 4), "uint16", (4, 4), None, 32, 100,
@@ -334,7 +334,7 @@ def test_a_version_3_catalog_gains_where_its_runs_executed(tmp_path):
     db.commit()
     db.close()
     cat = Catalog(path)
-    assert cat.schema_version == SCHEMA_VERSION == 5
+    assert cat.schema_version == SCHEMA_VERSION == 6
     assert cat.run(old)["placement"] is None  # recorded before: not known
     new = cat.create_run("example", {}, "subzero", {},
                          placement={"where": "driver", "why": "small"})

@@ -10,6 +10,8 @@ module                 commands
 ``cli.optimize``       ``optimize``, ``calibrate``
 ``cli.check``          ``check-lineage``: an operator's declared lineage by perturbation
 ``cli.verify``         ``verify``: a run's catalog, shards and arrays checked
+``cli.remove``         ``rm``, ``gc``: removing runs and what that frees
+``cli.migrate``        ``migrate``: a home of pickled workflows converted to manifests
 ``cli.bench``          ``bench``
 ``cli.demo``           ``make demo``: the main job, narrated
 ``cli.common``         one-line errors, tables, JSON, text forms of cells and paths

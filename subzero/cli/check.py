@@ -13,7 +13,6 @@ unknown operator, a class that is not an operator, unreadable inputs...).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
 from pathlib import Path
@@ -26,6 +25,7 @@ from subzero.cells import parse_cells, parse_shape
 from subzero.cli.common import (CliError, add_changed_code_flag, emit_json, load_npy,
                                 parse_assignments, table)
 from subzero.errors import CellError, CodeError
+from subzero.jsonio import TooDeepError, loads_limited
 from subzero.lineagecheck import LineageCheck
 
 EXIT_UNSOUND = 1
@@ -33,10 +33,13 @@ EXIT_UNSOUND = 1
 MAX_CELLS = 1 << 24
 
 
-def _param_value(text: str) -> Any:
-    """A --param value: JSON when it parses (numbers, lists, true), else the string."""
+def _param_value(text: str, name: str = "") -> Any:
+    """A --param value: JSON when it parses (numbers, lists, true), else the string; lists
+    nested deeper than any parameter needs are refused, naming the parameter."""
     try:
-        return json.loads(text)
+        return loads_limited(text)
+    except TooDeepError as e:
+        raise CliError(f"--param {name}: its value's lists and objects are {e}") from None
     except ValueError:
         return text
 
@@ -142,7 +145,7 @@ def _run_operator(args: argparse.Namespace, inputs: list | None, params: dict
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    params = {k: _param_value(v) for k, v in parse_assignments(args.param, "--param").items()}
+    params = {k: _param_value(v, k) for k, v in parse_assignments(args.param, "--param").items()}
     inputs = [_load_input(p) for p in args.input] if args.input else None
     shape = _shape(args.shape) if args.shape else None
     if inputs is not None and shape is not None:

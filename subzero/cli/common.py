@@ -4,7 +4,6 @@ cells, paths and ``NAME=VALUE`` options."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 from contextlib import contextmanager
@@ -15,7 +14,7 @@ import numpy as np
 
 from subzero.cells import Box, parse_cells
 from subzero.errors import SubZeroError
-from subzero.jsonio import json_default
+from subzero.jsonio import json_default, strict_dumps
 
 EXIT_USAGE = 2
 
@@ -28,13 +27,32 @@ class Parser(argparse.ArgumentParser):
     """argparse, with its errors as one-line :class:`CliError` s.
 
     A value that starts with a minus and a digit (``--cells -1,2``, ``--box -3:4,0:2``,
-    ``--max-disk -5``) is a value, never an option (no option of ours looks like a number),
-    so the command names the bad value instead of saying "expected one argument".
+    ``--max-disk -5``), or is ``-inf``, ``-infinity`` or ``-nan`` (``replay --set -inf``),
+    is a value, never an option (no option of ours looks like a number), so the command
+    takes it or names the bad value instead of saying "expected one argument".
+
+    A parser whose :attr:`intermixed` is True takes its positionals between options too
+    (``query r1 --method map backward``): plain argparse fills an optional positional
+    from the first run of positionals only, and calls what follows unrecognized.
     """
+
+    #: parse positionals given after options too (no subcommands below this parser)
+    intermixed: bool = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._negative_number_matcher = re.compile(r"^-\.?\d")
+        self._negative_number_matcher = re.compile(r"^-(\.?\d|(inf|infinity|nan)$)",
+                                                   re.IGNORECASE)
+        self._intermixing = False
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        if not self.intermixed or self._intermixing:
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True  # argparse's intermixed parse calls back into this method
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
 
     def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage too)
         raise CliError(f"{self.prog}: {message}")
@@ -59,7 +77,20 @@ def parse_assignments(items: Sequence[str] | None, what: str) -> dict[str, str]:
 
 
 def emit_json(obj: Any) -> None:
-    print(json.dumps(obj, indent=2, default=_json_default))
+    """Print ``obj`` as ``--json`` output: strict JSON, a NaN or infinity as null."""
+    print(json_text(obj))
+
+
+def json_text(obj: Any) -> str:
+    """``obj`` as indented strict JSON (numpy values as numbers, a NaN or infinity as null,
+    anything else as its text), as ``--json`` prints it and output files hold it.
+
+    >>> print(json_text({"cost": float("nan")}))
+    {
+      "cost": null
+    }
+    """
+    return strict_dumps(obj, default=_json_default, indent=2)
 
 
 def _json_default(o: Any) -> Any:

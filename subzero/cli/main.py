@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import sqlite3
 import sys
 import warnings
 from typing import Sequence
@@ -24,7 +25,7 @@ COMMANDS: dict[str, str] = {
     "workflows": "runs", "run": "runs", "runs": "runs", "show": "runs", "export": "runs",
     "query": "query", "serve": "serve", "replay": "replay", "optimize": "optimize",
     "calibrate": "optimize", "check-lineage": "check", "verify": "verify",
-    "migrate": "migrate", "bench": "bench",
+    "migrate": "migrate", "bench": "bench", "rm": "remove", "gc": "remove",
 }
 
 
@@ -74,13 +75,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SubZeroError as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         print(f"subzero: error: {msg}", file=sys.stderr)
-        return EXIT_USAGE
+        return getattr(e, "exit_code", EXIT_USAGE)
     except KeyboardInterrupt:
         print("subzero: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
     except Exception as e:  # noqa: BLE001 - a bug in SubZero, reported in one line
+        if isinstance(e, sqlite3.DatabaseError):
+            from subzero.engine.catalog import damaged_catalog, is_damage
+
+            if is_damage(e):  # a catalog page damaged on disk, met while reading it
+                print(f"subzero: error: {damaged_catalog('of this home', e)}",
+                      file=sys.stderr)
+                return EXIT_USAGE
         if os.environ.get("SUBZERO_DEBUG"):
             raise
         msg = str(e).splitlines()[0] if str(e) else ""

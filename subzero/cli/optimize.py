@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 import workflows
 from optimizer.calibrate import calibrate
 from optimizer.calibration import load_calibration
 from optimizer.plan import optimize
-from subzero.cli.common import (check_output, emit_json, output_file, parse_assignments, table,
-                                write_failed)
+from subzero.cli.common import (check_output, emit_json, json_text, output_file,
+                                parse_assignments, table, write_failed)
 from subzero.errors import SubZeroError
 from subzero.query.costs import CALIBRATION_FILE
 from subzero.sizes import human_bytes, parse_size
@@ -74,7 +73,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     doc = res.to_json()
     if args.out:
         with output_file(args.out, "--out") as tmp:
-            tmp.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+            tmp.write_text(json_text(doc) + "\n")
     if args.json:
         emit_json(doc)
         return 0

@@ -92,9 +92,11 @@ def _query(args: argparse.Namespace, run: Any, qx: QueryExecutor, path: Any) -> 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser("query", parents=[common], help="trace lineage backward or forward")
+    s.intermixed = True  # the direction may follow options: query r1 --method map backward
     add_changed_code_flag(s)
     s.add_argument("run", help="run id, 'latest' or 'latest:WORKFLOW'")
-    s.add_argument("direction", nargs="?", choices=("backward", "forward"))
+    s.add_argument("direction", nargs="?", choices=("backward", "forward"),
+                   help="backward or forward (after RUN, before or after the options)")
     s.add_argument("--from", dest="from_", metavar="NAME", help="array holding the query cells")
     s.add_argument("--cells", help="cells as 'r,c;r,c'")
     s.add_argument("--cells-file", help=".npy of (n, ndim) coordinates or a bool mask")

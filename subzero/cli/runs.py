@@ -14,7 +14,7 @@ import numpy as np
 
 import workflows
 from subzero.api import Home, optimized_plan, say
-from subzero.chunking import Chunking
+from subzero.chunking import DEFAULT_MAX_CHUNKS, Chunking, check_chunk_sizes
 from subzero.cli.common import (CliError, check_output, emit_json, output_file,
                                 parse_assignments, table)
 from subzero.engine import layout
@@ -23,6 +23,7 @@ from subzero.engine.inputs import origin_text
 from subzero.engine.placement import WHERE
 from subzero.engine.spark import check_master, resolve_master
 from subzero.engine.runner import RunResult, run_workflow
+from subzero.jsonio import TooDeepError, loads_limited
 from subzero.sizes import human_bytes, parse_size
 
 
@@ -43,6 +44,10 @@ def _build_workflow(args: argparse.Namespace) -> Any:
     if getattr(args, "scale", None) is not None:
         params["scale"] = str(args.scale)
     inputs = parse_assignments(args.input, "--input")
+    for name, path in inputs.items():
+        if not path:
+            raise CliError(f"--input {name}={path}: expected a file path for input {name!r} "
+                           f"(--input {name}=PATH)")
     return workflows.build(args.workflow, inputs=inputs, **params), inputs
 
 
@@ -55,13 +60,15 @@ def load_plan_file(path: str) -> tuple[dict[str, list[str]], int | None]:
         raise CliError(f"--plan {path} is a folder; expected a plan file (JSON)")
     try:
         with open(p, encoding="utf-8") as f:
-            doc = json.load(f)
+            doc = loads_limited(f.read())
     except FileNotFoundError:
         raise CliError(f"--plan {path}: no such file") from None
     except UnicodeDecodeError:
         raise CliError(f"--plan {path}: not a text file; expected a plan file (JSON)") from None
     except OSError as e:
         raise CliError(f"--plan {path}: cannot read it ({e.strerror or e})") from None
+    except TooDeepError as e:
+        raise CliError(f"--plan {path}: its lists and objects are {e}") from None
     except json.JSONDecodeError as e:
         raise CliError(f"--plan {path}: not valid JSON ({e.msg} at line {e.lineno})") from None
     plan = doc.get("plan", doc) if isinstance(doc, dict) else None
@@ -95,6 +102,22 @@ def check_chunking(chunking: Chunking, text: str | None, wf: Any) -> Chunking:
     return chunking
 
 
+def check_chunk_limits(chunking: Chunking, text: str | None, wf: Any,
+                       max_chunks: int | None = None, force: bool = False) -> None:
+    """Refuse, before anything is written, a ``--chunks`` that cuts an array of ``wf`` into
+    more than ``max_chunks`` chunks (``--max-chunks``), or into many chunks under 64 KiB
+    (unless ``--force``): see :func:`subzero.chunking.check_chunk_sizes`."""
+    if max_chunks is not None and max_chunks < 1:
+        raise CliError(f"--max-chunks {max_chunks}: expected a positive number of chunks")
+    if chunking.is_default:  # the default chunking is sized from the data itself
+        return
+    wf.validate()
+    arrays = {n: (s.shape, s.dtype) for n, s in wf.inputs.items()}
+    arrays.update({n: (op.out_shape, op.out_dtype) for n, op in wf.ops.items()})
+    check_chunk_sizes(chunking, arrays, f"--chunks {text!r}",
+                      DEFAULT_MAX_CHUNKS if max_chunks is None else max_chunks, force)
+
+
 def _given(args: argparse.Namespace, *names: str) -> None:
     """An option given as an empty string is refused (not taken as absent)."""
     for name in names:
@@ -113,6 +136,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 else plan_budget)
     wf, inputs = _build_workflow(args)
     chunking = check_chunking(chunking, args.chunks, wf)
+    check_chunk_limits(chunking, args.chunks, wf, args.max_chunks, args.force)
     strategy = args.strategy
     label = None
     if strategy == "optimized" and plan is None:
@@ -300,6 +324,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="workflow parameter, e.g. shape=400x200 (repeatable)")
     s.add_argument("--scale", type=int, default=None, help="genomics: patient replication")
     s.add_argument("--chunks", help="chunks per axis ('4', '4x2') or chunk shape ('500,513')")
+    s.add_argument("--max-chunks", type=int, metavar="N",
+                   help=f"the most chunks --chunks may cut one array into (default "
+                   f"{DEFAULT_MAX_CHUNKS:,})")
+    s.add_argument("--force", action="store_true",
+                   help="allow a --chunks that makes many chunks under 64 KiB an array")
     s.add_argument("--master", help="Spark master URL (default $SUBZERO_SPARK_MASTER or local[*,4]: all cores, 4 tries per task)")
     s.add_argument("--where", choices=WHERE, default="auto",
                    help="run as Spark jobs, or in this process (driver); auto (default): "

@@ -6,6 +6,11 @@ single task runs, so a workflow scaled past the disk or the memory (``--param sh
 ``ccds=...``) fails at once with one line naming its size and the limit, instead of after
 hours with a full disk and a broken run.
 
+The folders of failed runs hold space the new run may have: they do not count against it
+(:func:`check_fits` removes them when the run needs their space). The check also finishes
+removals of runs that were interrupted (:mod:`subzero.engine.remove`) before a new run
+is given an id, which may be a removed run's.
+
 >>> from operators import Cast
 >>> wf = Workflow("w")
 >>> _ = wf.input("x", (1000, 1000), "uint16")
@@ -19,11 +24,12 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
 from subzero.engine import arrays
+from subzero.engine.remove import make_room
 from subzero.errors import StoreError, WorkflowError
 from subzero.sizes import human_bytes
 from subzero.workflow import Workflow
@@ -95,15 +101,25 @@ def free_disk(home: Path) -> int:
     return shutil.disk_usage(p).free
 
 
-def check_fits(wf: Workflow, home: Path, paths: Mapping[str, str] | None = None) -> None:
+def check_fits(wf: Workflow, home: Path, paths: Mapping[str, str] | None = None,
+               notify: Callable[[str], None] | None = None) -> None:
     """Raise a one-line error when a run of ``wf`` (with input files ``paths``) cannot fit
-    on the home's disk or in this machine's memory."""
+    on the home's disk or in this machine's memory.
+
+    The folders of failed runs do not count against the disk: when the run lacks space
+    that they hold, they are removed, oldest first, until it fits
+    (:func:`subzero.engine.remove.make_room`, which also finishes removals that were
+    interrupted); ``notify`` hears each one. They are removed only once every other check
+    passed, and none is when they would not free enough.
+    """
     need = array_bytes(wf)
     free = free_disk(home)
-    if need > free:
+    room = make_room(home, need - free, dry_run=True) if need > free else 0
+    if need > free + room:
         raise StoreError(
             f"{_what(wf)} would store up to {human_bytes(need)} of arrays; the home {home} has "
-            f"{human_bytes(free)} free")
+            f"{human_bytes(free + room)} free ('subzero gc --older-than AGE' or 'subzero rm "
+            "RUN' frees the space of runs you no longer need)")
     task, who = global_task_bytes(wf)
     mem = physical_memory()
     if mem and task > mem:
@@ -117,3 +133,4 @@ def check_fits(wf: Workflow, home: Path, paths: Mapping[str, str] | None = None)
             f"{_what(wf)} is too large for this machine: input {name!r} is made whole in "
             f"the driver's memory and needs about {human_bytes(whole)}; this machine has "
             f"{human_bytes(mem)}")
+    make_room(home, need - free, notify)

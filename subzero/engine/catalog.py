@@ -29,9 +29,10 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from subzero.errors import CatalogError
+from subzero.engine.diskfull import is_disk_full, no_space
+from subzero.errors import CatalogError, DamagedCatalogError
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -80,6 +81,10 @@ CREATE TABLE IF NOT EXISTS query_log (
     direction TEXT NOT NULL, start TEXT NOT NULL, target TEXT NOT NULL, path TEXT NOT NULL,
     in_count INTEGER, out_count INTEGER, elapsed_s REAL, steps TEXT
 );
+CREATE TABLE IF NOT EXISTS removed_runs (
+    id TEXT NOT NULL, seq INTEGER NOT NULL, workflow TEXT NOT NULL, status TEXT NOT NULL,
+    parent TEXT, started REAL, removed REAL NOT NULL, bytes INTEGER, done REAL
+);
 """
 
 
@@ -102,7 +107,36 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     # whose workflow is a pickle until 'subzero migrate' converts it
     5: ("ALTER TABLE runs ADD COLUMN manifest TEXT",
         "ALTER TABLE operators ADD COLUMN code TEXT"),
+    # 6: the runs 'subzero rm' and 'subzero gc' removed (subzero.engine.remove): who they
+    # were, when their rows went, and the bytes their files freed once those are deleted
+    # (done NULL: the files are still being deleted, or the removal was interrupted)
+    6: ("CREATE TABLE IF NOT EXISTS removed_runs (id TEXT NOT NULL, seq INTEGER NOT NULL, "
+        "workflow TEXT NOT NULL, status TEXT NOT NULL, parent TEXT, started REAL, "
+        "removed REAL NOT NULL, bytes INTEGER, done REAL)",),
 }
+
+
+def is_damage(e: BaseException) -> bool:
+    """Whether an SQLite error says the catalog's file is damaged."""
+    return isinstance(e, sqlite3.DatabaseError) and any(
+        t in str(e) for t in ("malformed", "not a database", "database corruption"))
+
+
+def damaged_catalog(path: Path | str, e: BaseException) -> DamagedCatalogError:
+    """The one-line error for a catalog SQLite finds damaged."""
+    return DamagedCatalogError(f"the catalog {path} is damaged ({str(e).splitlines()[0]}); "
+                               "run 'subzero verify RUN' to see what else is")
+
+
+def _disk_full_text(e: BaseException) -> bool:
+    """SQLite's word for a write the disk refused (when opening the catalog)."""
+    return is_disk_full(e) or "disk I/O error" in str(e)
+
+
+#: the next run's number: after every run listed and every run removed, so that a removed
+#: run's id is never given to another run
+_NEXT_SEQ = ("SELECT MAX(s) + 1 FROM (SELECT COALESCE(MAX(seq), 0) AS s FROM runs "
+             "UNION ALL SELECT COALESCE(MAX(seq), 0) FROM removed_runs)")
 
 
 def _proc_start(pid: int) -> str | None:
@@ -146,6 +180,8 @@ LOG_DELAY_S = 2.0
 _LOG_LOCK = threading.Lock()
 _PENDING_LOG: dict[str, list[tuple]] = {}
 _PENDING_SINCE: dict[str, float] = {}
+#: read-only catalogs this process has said so of (:meth:`Catalog._skip`)
+_SAID_READONLY: set[str] = set()
 _LOG_SQL = ("INSERT INTO query_log (run, at, direction, start, target, path, in_count, "
             "out_count, elapsed_s, steps) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 
@@ -212,11 +248,67 @@ class Catalog:
             raise CatalogError(f"cannot create SubZero home {home}: {e.strerror or e}; "
                                "expected a writable folder (--home DIR)") from None
         self._key = os.path.realpath(self.path)
+        #: the home cannot be written here (a read-only mount, another user's home): the
+        #: catalog is opened read-only, and what readers would cache in it (the query log,
+        #: named queries' cells, re-execution costs) is skipped
+        self.readonly = self.path.is_file() and not (
+            os.access(self.path, os.W_OK) and os.access(home, os.W_OK))
+        #: the home's disk is full: read-only, and a write is a no-space error
+        self.full = False
         try:
-            self._open()
+            self._open_readonly() if self.readonly else self._open()
+        except sqlite3.OperationalError as e:
+            if self.readonly or not self.path.is_file() or not _disk_full_text(e):
+                raise CatalogError(f"cannot open the catalog {self.path}: {e}; expected a "
+                                   "writable SubZero home (--home DIR)") from None
+            self.db.close()
+            self.readonly = self.full = True  # reading commands still answer
+            self._open_readonly()
         except sqlite3.DatabaseError as e:
+            if is_damage(e):
+                raise damaged_catalog(self.path, e) from None
             raise CatalogError(f"cannot open the catalog {self.path}: {e}; expected a writable "
                                "SubZero home (--home DIR)") from None
+
+    def _open_readonly(self) -> None:
+        """Open the catalog of a home this process cannot write: nothing is created,
+        migrated or reaped. A catalog in WAL mode whose shared-memory file cannot be made
+        (a read-only folder) is read as immutable, which it is from here."""
+        from urllib.parse import quote
+
+        for mode in ("mode=ro", "immutable=1"):
+            self.db = sqlite3.connect(f"file:{quote(str(self.path))}?{mode}", uri=True,
+                                      timeout=30.0, isolation_level=None)
+            self.db.row_factory = sqlite3.Row
+            try:
+                row = self.db.execute(
+                    "SELECT value FROM meta WHERE key='schema_version'").fetchone()
+                break
+            except sqlite3.OperationalError:
+                self.db.close()
+                if mode == "immutable=1":
+                    raise
+        version = int(row["value"]) if row is not None else 0
+        if version != SCHEMA_VERSION:
+            self.db.close()
+            newer = version > SCHEMA_VERSION
+            raise CatalogError(
+                f"catalog {self.path} has schema version {version}; this SubZero reads "
+                f"{SCHEMA_VERSION}" + (" (upgrade SubZero)" if newer else
+                                       "; the home is read-only here, so it cannot be "
+                                       "upgraded: open it once where it is writable"))
+
+    def _skip(self, what: str) -> bool:
+        """True (and said once per process) when the catalog is read-only: ``what`` is
+        not recorded."""
+        if self.readonly:
+            if self._key not in _SAID_READONLY:
+                _SAID_READONLY.add(self._key)
+                why = "its disk is full" if self.full else "it is read-only here"
+                print(f"subzero: note: the home {self.path.parent} cannot be written ({why}); "
+                      f"{what} and the like are not recorded", file=sys.stderr)
+            return True
+        return False
 
     def _open(self) -> None:
         self.db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
@@ -240,7 +332,10 @@ class Catalog:
                 )
             elif int(row["value"]) < SCHEMA_VERSION:
                 self._migrate(int(row["value"]))
-        self.reap_stale_runs()
+        try:
+            self.reap_stale_runs()
+        except sqlite3.OperationalError:
+            pass  # a full disk: reading still works, and a later command marks them
 
     def _migrate(self, version: int) -> None:
         """Bring a catalog of an older schema up to :data:`SCHEMA_VERSION` (inside the
@@ -264,6 +359,11 @@ class Catalog:
 
     def tx(self) -> Any:
         """One IMMEDIATE transaction: all or nothing (``with cat.tx() as db:``)."""
+        if self.full:
+            raise no_space("the catalog", self.path.parent)
+        if self.readonly:
+            raise CatalogError(f"the SubZero home {self.path.parent} is read-only here; "
+                               "a command that records something needs a writable home")
         return _transaction(self.db)
 
     def close(self) -> None:
@@ -286,7 +386,7 @@ class Catalog:
     ) -> str:
         pid = os.getpid()
         with self.tx() as db:
-            seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM runs").fetchone()[0]
+            seq = db.execute(_NEXT_SEQ).fetchone()[0]
             rid = f"r{seq}"
             db.execute(
                 "INSERT INTO runs (id, seq, workflow, params, strategy, plan, status, pid, "
@@ -363,7 +463,7 @@ class Catalog:
         strategy, plan and chunking; ``runs.parent`` and ``runs.derivation`` set)."""
         pid = os.getpid()
         with self.tx() as db:
-            seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM runs").fetchone()[0]
+            seq = db.execute(_NEXT_SEQ).fetchone()[0]
             rid = f"r{seq}"
             cur = db.execute(
                 "INSERT INTO runs (id, seq, workflow, params, strategy, plan, status, pid, "
@@ -549,6 +649,8 @@ class Catalog:
         return [dict(r) for r in self.db.execute(q + " ORDER BY op, strategy, chunk", args)]
 
     def set_statistics(self, rid: str, op: str, strategy: str, values: dict[str, float]) -> None:
+        if self._skip("measured costs"):
+            return
         with self.tx() as db:
             db.executemany(
                 "INSERT OR REPLACE INTO statistics VALUES (?, ?, ?, ?, ?)",
@@ -577,13 +679,20 @@ class Catalog:
             buf = io.BytesIO()
             np.save(buf, np.asarray(c), allow_pickle=False)
             rows.append((rid, name, buf.getvalue()))
-        with self.tx() as db:
-            db.executemany("INSERT OR REPLACE INTO named_cells VALUES (?, ?, ?)", rows)
+        if self._skip("named queries' cells"):
+            return
+        try:
+            with self.tx() as db:
+                db.executemany("INSERT OR REPLACE INTO named_cells VALUES (?, ?, ?)", rows)
+        except sqlite3.OperationalError:
+            pass  # a cache: a full disk leaves the cells to be chosen again
 
     def log_query(self, rid: str, direction: str, start: str, target: str, path: list,
                   in_count: int, out_count: int, elapsed_s: float, steps: list[dict]) -> None:
         """Log one query (the optimizer's workload). Written with the next batch: see
         :data:`LOG_BATCH`; reading the log here or closing the catalog writes it."""
+        if self._skip("queries"):
+            return
         row = (rid, time.time(), direction, start, target, path, in_count, out_count,
                elapsed_s, steps)
         with _LOG_LOCK:
@@ -600,7 +709,11 @@ class Catalog:
             rows = _PENDING_LOG.pop(self._key, None)
             _PENDING_SINCE.pop(self._key, None)
         if rows:
-            _write_log(self.db, rows)
+            try:
+                _write_log(self.db, rows)
+            except sqlite3.OperationalError as e:  # a full disk: the answers stand
+                print(f"subzero: note: {len(rows)} queries were not logged in {self.path} "
+                      f"({e})", file=sys.stderr)
 
     def query_log(self, rid: str | None = None) -> list[dict[str, Any]]:
         self.flush_query_log()

@@ -18,6 +18,7 @@ Home is ``--home``, else ``$SUBZERO_HOME``, else ``./subzero-home``.
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Sequence
@@ -36,9 +37,30 @@ LEGACY_WORKFLOW_FILE = "workflow.pkl"
 
 
 def resolve_home(home: str | os.PathLike | None = None) -> Path:
-    """``home`` if given, else ``$SUBZERO_HOME``, else ``./subzero-home`` (absolute)."""
+    """``home`` if given, else ``$SUBZERO_HOME``, else ``./subzero-home`` (absolute).
+
+    An empty ``home`` is refused rather than taken as "not given" (``--home ''`` is more
+    likely an unset variable than a wish for the default), and so is a path that cannot be
+    resolved (a symlink loop, an unknown ``~user``): :class:`StoreError` naming it.
+
+    >>> resolve_home("")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    subzero.errors.StoreError: --home '': expected a folder (leave --home out for ...)
+    """
+    if home is not None and not str(home).strip():
+        raise StoreError(f"--home {str(home)!r}: expected a folder (leave --home out for "
+                         "$SUBZERO_HOME or ./subzero-home)")
     h = home or os.environ.get("SUBZERO_HOME") or DEFAULT_HOME
-    return Path(h).expanduser().resolve()
+    try:
+        return Path(h).expanduser().resolve()
+    except (RuntimeError, OSError, ValueError) as e:  # RuntimeError: a loop, or no ~user
+        if "loop" in str(e) or getattr(e, "errno", None) == errno.ELOOP:
+            why = "a symlink loop"
+        else:
+            why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise StoreError(f"SubZero home {os.fspath(h)!r} cannot be resolved ({why}); "
+                         "expected a folder (--home DIR)") from None
 
 
 def catalog_path(home: Path) -> Path:

@@ -37,6 +37,7 @@ import itertools
 import os
 import queue
 import shutil
+import sqlite3
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -55,6 +56,7 @@ from subzero.engine.heap import keep_freed_memory
 from subzero.engine.runs import LoadedRun
 from subzero.engine.tasks import (make_jobs, raise_task_error, run_jobs, run_task,
                                   store_shards)
+from subzero.engine.diskfull import is_disk_full, no_space
 from subzero.errors import CodeError, ReplayError, StoreError
 from subzero.frontier import Frontier, is_dense
 from subzero.modes import Strategy, capture_modes
@@ -1169,8 +1171,18 @@ def replay_run(parent: LoadedRun, array: str, mask: np.ndarray, values: np.ndarr
         d.compute.shutdown(wait=True, cancel_futures=True)
         d.pool.shutdown(wait=True, cancel_futures=True)  # nothing written after the mark
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        cat.finish_run(rid, "failed", error=f"replay: {msg}",
-                       runtime_s=time.perf_counter() - t_start)
+        full = is_disk_full(e)
+        if full:  # what the replay wrote is freed first, so that the catalog can say so
+            shutil.rmtree(layout.run_dir(home, rid), ignore_errors=True)
+            msg = str(no_space(f"replay run {rid}", home))
+        try:
+            cat.finish_run(rid, "failed", error=f"replay: {msg}",
+                           runtime_s=time.perf_counter() - t_start)
+        except sqlite3.Error:
+            if not full:
+                raise  # a full disk: the next command that opens the catalog marks it
+        if full:
+            raise no_space(f"replay run {rid}", home) from None
         raise
     finally:
         d.compute.shutdown(wait=True)

@@ -31,15 +31,17 @@ import hashlib
 import importlib
 import math
 import os
+import re
+import sqlite3
 import resource
 import shutil
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Collection, Mapping, Sequence
+from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -49,6 +51,7 @@ from subzero.chunking import Chunking, chunk_grid, task_grid
 from subzero.engine import arrays, layout
 from subzero.engine.capacity import check_fits
 from subzero.engine.catalog import Catalog, shard_row
+from subzero.engine.diskfull import is_disk_full, no_space
 from subzero.engine.heap import keep_run_memory
 from subzero.engine.inputs import input_origins, origin_text, plan_inputs
 from subzero.engine.migrate import write_manifest
@@ -790,7 +793,7 @@ def run_workflow(
     chunking = chunking or Chunking()
     home = layout.resolve_home(home)
     layout.check_writable_home(home)  # a home that is a file or read-only: before Spark starts
-    check_fits(wf, home, inputs)
+    check_fits(wf, home, inputs, notify=notify)
     check_where(where)
     sources, data = plan_inputs(wf, inputs)
     origins = input_origins(wf, inputs)
@@ -830,12 +833,13 @@ def run_workflow(
         spark = get_spark(master, layout.logs_dir(home), notify=notify)
     cat = Catalog(layout.catalog_path(home))
     label = label or ("plan" if plan is not None else strategy)
-    rid = cat.create_run(
-        wf.name, params=wf.params, strategy=label,
-        plan={n: [s.name for s in ss] for n, ss in resolved.items()},
-        master=want, chunking=chunking.to_json(), placement=placed.to_json(),
-        manifest=hashlib.sha256(manifest_bytes).hexdigest(),
-    )
+    with _no_space("the catalog", home):
+        rid = cat.create_run(
+            wf.name, params=wf.params, strategy=label,
+            plan={n: [s.name for s in ss] for n, ss in resolved.items()},
+            master=want, chunking=chunking.to_json(), placement=placed.to_json(),
+            manifest=hashlib.sha256(manifest_bytes).hexdigest(),
+        )
     r = _Run(wf, home, rid, cat, chunking, spark, max_disk, resolved, origins=origins,
              threads=cores, direct=direct_arrays(wf, stages), combined=combined,
              partial_of=_partial_of(wf, combined), code=manifest.operator_code(doc))
@@ -857,12 +861,46 @@ def run_workflow(
                          r.operators, len(stages), most, _peak_rss(), origins, placed)
     except BaseException as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        cat.finish_run(rid, "failed", error=msg, runtime_s=time.perf_counter() - t_start)
+        full = is_disk_full(e)
+        if full:  # what the run wrote is freed first, so that the catalog can say so
+            shutil.rmtree(layout.run_dir(home, rid), ignore_errors=True)
+            msg = str(no_space(_what_failed(msg, rid), home))
+        try:
+            cat.finish_run(rid, "failed", error=msg, runtime_s=time.perf_counter() - t_start)
+        except sqlite3.Error:
+            if not full:
+                raise
+            # the catalog cannot be written either: the next command that opens it marks
+            # the run failed (its process is gone)
+        if full:
+            raise no_space(_what_failed(str(e), rid), home) from None
         raise
     finally:
         if bar is not None:
             bar.close()
         cat.close()
+
+
+def _what_failed(msg: str, rid: str) -> str:
+    """What a run was writing when ``msg`` stopped it: the operator and chunk a task
+    names, else the run.
+
+    >>> _what_failed("operator 'cr1' failed in chunk 0.1: OSError: [Errno 28] ...", "r2")
+    "operator 'cr1' (chunk 0.1) of run r2"
+    """
+    m = re.search(r"operator '([^']+)' failed in chunk (\S+):", msg)
+    return f"operator {m[1]!r} (chunk {m[2]}) of run {rid}" if m else f"run {rid}"
+
+
+@contextmanager
+def _no_space(what: str, home: Path) -> Iterator[None]:
+    """A write of ``what`` that the file system refuses is :class:`NoSpaceError`."""
+    try:
+        yield
+    except (OSError, sqlite3.Error) as e:
+        if is_disk_full(e):
+            raise no_space(what, home) from None
+        raise
 
 
 def default_tasks(wf: Workflow, cores: int) -> int:

@@ -25,6 +25,7 @@ read-only home is refused). Each problem is one :class:`Problem` naming what is 
 from __future__ import annotations
 
 import os
+import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ from subzero.engine.catalog import Catalog
 from subzero import manifest
 from subzero.codeid import CodeGate
 from subzero.engine.runs import operator_code, read_manifest
-from subzero.errors import CatalogError, CodeError, StoreError
+from subzero.errors import CatalogError, CodeError, DamagedCatalogError, StoreError
 
 #: what a damaged file raises while it is read
 _READ_ERRORS = (lmdb.Error, OSError, ValueError, KeyError, IndexError, RuntimeError,
@@ -225,13 +226,21 @@ def verify_run(home: str | os.PathLike | None, run: str) -> Report:
         raise CatalogError(f"SubZero home {home} is a file; expected a folder (--home DIR)")
     if not path.is_file():
         raise CatalogError(f"no SubZero home at {home} (run a workflow first, or pass --home)")
-    cat = Catalog(path)
     try:
+        cat = Catalog(path)
+    except DamagedCatalogError as e:
+        return _damaged_catalog(run, e)
+    try:
+        damage = _integrity(cat)
+        if damage:
+            return _damaged_catalog(run, damage)
         info = cat.run(run)
         rid = info["id"]
         rows = cat.shards(rid)
         arrs = cat.arrays(rid)
         ops = cat.operators(rid)
+    except sqlite3.DatabaseError as e:
+        return _damaged_catalog(run, e)
     finally:
         cat.close()
     report = Report(rid, info["status"])
@@ -240,6 +249,23 @@ def verify_run(home: str | os.PathLike | None, run: str) -> Report:
         _check_shard(home, row, report)
     for name, row in arrs.items():
         _check_array(home, rid, name, row, report)
+    return report
+
+
+def _integrity(cat: Catalog) -> str | None:
+    """SQLite's own check of every page of the catalog: None when it finds nothing."""
+    try:
+        rows = [r[0] for r in cat.db.execute("PRAGMA quick_check")]
+    except sqlite3.DatabaseError as e:
+        return str(e)
+    return None if rows == ["ok"] else "; ".join(rows[:3])
+
+
+def _damaged_catalog(run: str, what: Any) -> Report:
+    """The report of a run whose catalog is damaged: nothing else can be trusted."""
+    text = str(what).splitlines()[0] if str(what) else type(what).__name__
+    report = Report(run, "unknown")
+    report.problems.append(Problem("catalog", layout.CATALOG, f"damaged: {text}"))
     return report
 
 

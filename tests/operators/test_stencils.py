@@ -20,3 +20,15 @@ def test_stencils_reject_string_inputs_at_bind(make):
     with pytest.raises(WorkflowError, match=r"'s' \((Convolve|MedianFilter)\): needs a "
                                             "real-valued input. Got <U2"):
         make().bind("s", [(5,)], ["<U2"])
+
+
+def test_a_radius_wider_than_the_input_is_refused_at_bind_naming_it():
+    """A halo larger than the input reaches no further cell, only costs memory (a median
+    filter's footprint): refused when bound, naming the radius, the axis and the limit."""
+    assert MedianFilter(5).bind("m", [(5, 9)], ["f8"]).radius == (5,)  # as wide as axis 0
+    with pytest.raises(ShapeError, match=r"'m' \(MedianFilter\): radius 10 on axis 1 of an "
+                                         r"input of shape \(5, 9\); expected a radius of at "
+                                         r"most 9"):
+        MedianFilter((1, 10)).bind("m", [(5, 9)], ["f8"])
+    with pytest.raises(ShapeError, match="radius 100000000 on axis 0"):
+        MedianFilter(100_000_000, "wrap").bind("m", [(5, 9)], ["f8"])

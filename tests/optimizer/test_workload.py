@@ -78,6 +78,11 @@ def test_frontier_sizes_grow_with_the_sampled_fanin(wf):
     ({"direction": "backward", "from": "img", "to": "g"}, "no backward path"),
     ({"direction": "backward", "from": "g", "to": "zzz"}, "'to' must name an array"),
     ({"direction": "backward", "path": [["a", 0]], "weight": -1}, "non-negative"),
+    ({"direction": "backward", "path": [["a", 0]], "weight": float("nan")}, "Got nan"),
+    ({"direction": "backward", "path": [["a", 0]], "weight": float("inf")}, "Got inf"),
+    ({"direction": "backward", "path": [["a", 0]], "weight": "-inf"}, "Got '-inf'"),
+    ({"direction": "backward", "path": [["a", 0]], "weight": True}, "Got True"),
+    ({"direction": "backward", "path": [["a", 0]], "cells": float("nan")}, "finite count"),
     ({"named": "BQ9"}, "no named query"),
 ])
 def test_bad_queries_say_what_is_wrong(wf, bad, match):
@@ -94,6 +99,15 @@ def test_workload_files(tmp_path, wf):
         from_file(p, wf)
     with pytest.raises(WorkloadError, match="does not exist"):
         from_file(tmp_path / "missing.json", wf)
+    p.write_text("[" * 100_000 + "]" * 100_000)  # Python's parser would run out of stack
+    with pytest.raises(WorkloadError, match="nested 100,000 levels deep; expected at most 64"):
+        from_file(p, wf)
+
+
+def test_weights_whose_sum_overflows_are_refused(wf):
+    q = {"direction": "backward", "path": [["a", 0]], "weight": 1e308}
+    with pytest.raises(WorkloadError, match="add up to inf"):
+        from_queries([q, q], wf)
 
 
 def test_the_query_log_of_the_workflow_is_the_workload(tmp_path):
