@@ -179,7 +179,8 @@ def test_a_noisy_task_block_is_stored_raw_and_a_smooth_one_compressed(tmp_path, 
                 assert got == zarrs and len(got) * arrays.RAW_BELOW < x[box.slices].nbytes
             else:
                 assert len(zarrs) * arrays.RAW_BELOW > x[box.slices].nbytes  # it is noise
-                assert got[2] & 0x02 and len(got) == 16 + x[box.slices].nbytes  # memcpyed
+                # memcpyed, then its checksum
+                assert got[2] & 0x02 and len(got) == 16 + x[box.slices].nbytes + arrays.CHECKSUM
 
 
 @pytest.mark.parametrize("noise", [0.0, 30.0])
@@ -353,8 +354,14 @@ def test_chunk_files_refuse_what_they_cannot_vouch_for_and_name_damage(tmp_path)
     files.file((0, 0)).write_bytes(b"")
     with pytest.raises(DamagedError, match=r"array 'a' chunk 0\.0 cannot be read"):
         files.read((0, 0))
-    files.file((0, 0)).write_bytes(files.codec.encode(np.arange(9.0)))  # a smaller chunk's
+    small = files.codec.encode(np.arange(9.0))  # a smaller chunk's, with its checksum
+    files.file((0, 0)).write_bytes(small + arrays.checksum([small]))
     with pytest.raises(DamagedError, match=r"chunk 0\.0 cannot be read: it decodes to 72 "):
+        files.read((0, 0))
+    good = files.codec.encode(np.arange(10.0))  # the right size, a byte changed after
+    files.file((0, 0)).write_bytes(good[:-1] + bytes([good[-1] ^ 1]) + arrays.checksum([good]))
+    with pytest.raises(DamagedError, match=r"chunk 0\.0 cannot be read: its bytes do not "
+                       "match the checksum"):
         files.read((0, 0))
     with pytest.raises(StoreError, match="shape"):
         files.write((0, 0), np.zeros((3, 5)))
@@ -418,7 +425,8 @@ def test_a_chunk_stored_raw_is_the_bytes_blosc_writes_at_level_0(tmp_path, dtype
         files.write(k, block, level=0)
         full = np.full(files.chunks, files.fill, dtype=files.dtype)
         full[: block.shape[0]] = block
-        assert files.file(k).read_bytes() == files.codec_at(0).encode(full), k
+        frame = files.codec_at(0).encode(full)
+        assert files.file(k).read_bytes() == frame + arrays.checksum([frame]), k
         assert np.array_equal(files.read(k), block)
     assert np.array_equal(arrays.read_array(tmp_path / "a.zarr"), x)
     files.write((0, 0), x[0:10][:, ::-1], level=0)  # not contiguous: encoded instead
@@ -646,7 +654,8 @@ def test_a_noisy_block_cut_into_column_chunks_is_stored_raw_chunk_by_chunk(tmp_p
     assert files.keys() == [(0, 0), (0, 1)]
     for k in files.keys():
         got = files.file(k).read_bytes()
-        assert got[2] & 0x02 and len(got) == 16 + 1200 * 700 * 8  # raw, memcpyed
+        # raw, memcpyed, then its checksum
+        assert got[2] & 0x02 and len(got) == 16 + 1200 * 700 * 8 + arrays.CHECKSUM
     assert np.array_equal(arrays.read_box(tmp_path / "n.zarr", Box.full(x.shape)), x)
 
 
@@ -686,7 +695,8 @@ def test_numeric_arrays_are_created_with_the_metadata_zarr_writes(tmp_path, dtyp
     zarr.create_array(
         store=str(theirs), shape=shape, chunks=chunks, dtype=np.dtype(dtype), fill_value=0,
         overwrite=False, config={"write_empty_chunks": True},
-        compressors=[zarr.codecs.BloscCodec(cname="lz4", clevel=5, shuffle=arrays.SHUFFLE)],
+        compressors=[zarr.codecs.BloscCodec(cname="lz4", clevel=5, shuffle=arrays.SHUFFLE),
+                     zarr.codecs.Crc32cCodec()],
         attributes={arrays.ALL_CHUNKS: True})
     assert (mine / "zarr.json").read_bytes() == (theirs / "zarr.json").read_bytes()
     assert sorted(p.name for p in mine.iterdir()) == ["zarr.json"]  # no temporary left

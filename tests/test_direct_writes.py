@@ -158,6 +158,7 @@ def test_a_run_whose_chunk_write_fails_fails_in_one_line_and_says_why(tmp_path,
     """A write past the page cache that fails fails its task (the task waits for it before
     it returns): the run stops with the reason, as a failed ordinary write would."""
     from subzero.engine.runner import run_workflow
+    from subzero.errors import NoSpaceError
     from workflows import astronomy
 
     def full_disk(self, tmp, dest, buf, n, size):
@@ -169,11 +170,12 @@ def test_a_run_whose_chunk_write_fails_fails_in_one_line_and_says_why(tmp_path,
 
     monkeypatch.setattr(arrays.DirectWrites, "_write", full_disk)
     wf = astronomy.build(shape=(40, 24))
-    with pytest.raises(Exception, match="No space left on device") as e:
+    with pytest.raises(NoSpaceError, match="no space left on device") as e:
         run_workflow(wf, tmp_path / "home", strategy="blackbox", where="driver")
     # the first operator whose chunks go past the page cache (either exposure's: their
     # stages run side by side), named with the reason, in one line
-    assert re.match(r"operator 'linearity[12]' failed", str(e.value)), str(e.value)
+    assert re.match(r"no space left on device while writing operator 'linearity[12]' "
+                    r"\(chunk 0\.0\) of run r1", str(e.value)), str(e.value)
     assert "\n" not in str(e.value)
 
 

@@ -317,7 +317,7 @@ def test_truncated_array_chunk_is_named_in_one_line(damaged, capsys, tmp_path):
     capsys.readouterr()
     assert main(["export", "r1", "rmcr", str(tmp_path / "x.npy"), "--home", str(home)]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and "array 'rmcr' cannot be read" in lines[0], lines
+    assert len(lines) == 1 and "array 'rmcr' chunk 0.0 cannot be read" in lines[0], lines
     assert not (tmp_path / "x.npy").exists()
 
 

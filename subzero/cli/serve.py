@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import math
 import os
 import re
 import socket
@@ -13,10 +14,14 @@ from typing import Any
 from subzero.cli.common import CliError, add_changed_code_flag
 from subzero import serve
 from subzero.engine import layout
+from subzero.serve import QUERY_TIMEOUT_S, QUERY_WORKERS
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 #: what a token may hold: it travels as is in the printed URL, a header and a cookie
 TOKEN = re.compile(r"[A-Za-z0-9._~-]+")
+#: how long a stopping server lets the requests under way finish before it cuts them (a
+#: query may otherwise run to its time limit)
+GRACE_S = 5
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -50,12 +55,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         where = "--token" if args.token else "$SUBZERO_TOKEN"
         raise CliError(f"{where}: a token may hold only letters, digits and . _ ~ - (it "
                        "travels unencoded in the URL, a header and a cookie); choose another")
+    if not (math.isfinite(args.query_timeout) and args.query_timeout > 0):
+        raise CliError(f"--query-timeout {args.query_timeout:g}: expected a number of seconds "
+                       "> 0")
+    if args.query_workers < 1:
+        raise CliError(f"--query-workers {args.query_workers}: expected a whole number >= 1")
     loopback = args.host in LOOPBACK
     if not loopback and not token:
         raise CliError(f"--host {args.host}: serving beyond this machine needs a token "
                        "(--token TOKEN or $SUBZERO_TOKEN), which every request must carry")
     app = serve.create_app(args.home, token=token, loopback=loopback,
-                           allow_changed_code=args.allow_changed_code)
+                           allow_changed_code=args.allow_changed_code,
+                           query_timeout=args.query_timeout, query_workers=args.query_workers)
     sock = bind(args.host, args.port)
     port = sock.getsockname()[1]
     shown = f"[{args.host}]" if ":" in args.host else args.host
@@ -69,7 +80,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def _run(app: Any, sock: socket.socket) -> None:
     import uvicorn  # the ASGI server only for `subzero serve`
 
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+                            timeout_graceful_shutdown=GRACE_S)
     uvicorn.Server(config).run(sockets=[sock])
 
 
@@ -81,5 +93,12 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="address to bind (default 127.0.0.1; another needs --token)")
     s.add_argument("--token", default=None,
                    help="a secret every request must carry (default $SUBZERO_TOKEN)")
+    s.add_argument("--query-timeout", type=float, default=QUERY_TIMEOUT_S, metavar="SECONDS",
+                   help=f"each query's time limit, its wait for a worker included (default "
+                        f"{QUERY_TIMEOUT_S:g}); a query past it is answered 503, naming the "
+                        "step it reached, and stops")
+    s.add_argument("--query-workers", type=int, default=QUERY_WORKERS, metavar="N",
+                   help=f"queries run at once (default {QUERY_WORKERS}); more wait their turn "
+                        "(tiles and listings have threads of their own)")
     add_changed_code_flag(s)
     s.set_defaults(func=cmd_serve)

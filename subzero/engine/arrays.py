@@ -13,6 +13,12 @@ LSST run a byte shuffle decodes in 59 ms against 106 ms and encodes in 97 ms aga
 120 ms, for 53.4 MB against 45.5 MB (measured in one process; arrays written before keep
 their own codec, which their metadata names). A chunk that compresses by less than
 :data:`RAW_BELOW` is stored raw in a Blosc frame (:meth:`ChunkFiles.level_for`).
+
+Every chunk ends with the CRC-32C of its bytes: zarr's own ``crc32c`` codec, last in the
+array's codecs, which zarr checks on every read. :class:`ChunkFiles` appends it when it
+writes a chunk and checks it the first time this process maps the file
+(:func:`map_frame`), so a changed byte is a :class:`~subzero.errors.DamagedError` naming
+the array and the chunk, never a changed value. Arrays written before keep their codecs.
 """
 
 from __future__ import annotations
@@ -144,6 +150,7 @@ def array_metadata(shape: Sequence[int], dtype: np.dtype, chunks: Sequence[int]
             {"name": "blosc", "configuration": {
                 "typesize": dtype.itemsize, "cname": "lz4", "clevel": 5, "shuffle": SHUFFLE,
                 "blocksize": 0}},
+            {"name": "crc32c"},  # every chunk's checksum, after its bytes (CHECKSUM)
         ],
         "attributes": {ALL_CHUNKS: True},
         "zarr_format": 3,
@@ -177,8 +184,9 @@ def create_array(path: Path, shape: Sequence[int], dtype: Any, chunks: Sequence[
     import zarr  # zarr only for arrays it creates itself (slow to import)
 
     fill = "" if _is_text(dtype) else 0
-    compressors: Any = "auto" if _is_text(dtype) else [
-        zarr.codecs.BloscCodec(cname="lz4", clevel=5, shuffle=SHUFFLE)]
+    compressors: Any = [zarr.codecs.ZstdCodec() if _is_text(dtype) else
+                        zarr.codecs.BloscCodec(cname="lz4", clevel=5, shuffle=SHUFFLE),
+                        zarr.codecs.Crc32cCodec()]
     try:
         zarr.create_array(
             store=str(path), shape=tuple(shape), chunks=chunks, dtype=_zarr_dtype(dtype),
@@ -492,6 +500,11 @@ def direct_files(path: Path) -> "ChunkFiles | None":
 
 
 def read_array(path: Path) -> np.ndarray:
+    """The whole array at ``path`` (a numeric one from its chunk files, each checked
+    against its checksum: a damaged chunk is named; others through zarr)."""
+    files = direct_files(path)
+    if files is not None:
+        return files.read_box(Box.full(files.shape))
     return _read(path, None)
 
 
@@ -532,6 +545,67 @@ def item_span(inter: Box, chunk: Box, chunks: Sequence[int]) -> tuple[int, int]:
     for a, b, c, n in zip(inter.lo, inter.hi, chunk.lo, chunks):  # C order, by hand (a
         first, last = first * n + a - c, last * n + b - 1 - c     # numpy call costs more)
     return first, last + 1
+
+
+#: bytes of the CRC-32C (little endian) that ends a chunk file of an array whose codecs end
+#: with zarr's ``crc32c``
+CHECKSUM = 4
+
+
+class ChecksumError(ValueError):
+    """A chunk file whose bytes do not match the checksum it ends with."""
+
+
+def checksum(parts: Sequence[Any]) -> bytes:
+    """The CRC-32C of the concatenated ``parts``, as zarr's ``crc32c`` codec appends it.
+
+    >>> checksum([b"123456789"]).hex()  # the CRC-32C check value, e3069283, little endian
+    '839206e3'
+    """
+    import google_crc32c  # zarr's own dependency for its crc32c codec
+
+    crc = 0
+    for p in parts:
+        crc = google_crc32c.extend(crc, np.frombuffer(p, dtype=np.uint8))
+    return int(crc).to_bytes(CHECKSUM, "little")
+
+
+#: chunk files whose checksum this process has checked: (path, inode, mtime, size). A chunk
+#: file is written whole and renamed into place, never written through, so one check per
+#: file serves every later read of it (a replay's tiles read the same chunks again and again)
+_CHECKED: set[tuple[str, int, int, int]] = set()
+_CHECKED_MAX = 1 << 16
+_checked_lock = threading.Lock()
+
+
+def map_frame(path: Path, crc: bool) -> Any:
+    """The Blosc frame of chunk file ``path``, memory-mapped (None: an empty file); with
+    ``crc``, without the checksum that ends the file, which is checked first
+    (:class:`ChecksumError`) unless this process checked the same file before."""
+    with open(path, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        size = st.st_size - (CHECKSUM if crc else 0)
+        if size <= 0:
+            if crc and st.st_size:
+                raise ChecksumError(f"it holds {st.st_size} bytes, fewer than a checksum")
+            return None
+        frame = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ)
+        if not crc:
+            return frame
+        key = (str(path), st.st_ino, st.st_mtime_ns, st.st_size)
+        with _checked_lock:
+            known = key in _CHECKED
+        if known:
+            return frame
+        stored = os.pread(fh.fileno(), CHECKSUM, size)
+        if checksum([frame]) != stored:
+            frame.close()
+            raise ChecksumError("its bytes do not match the checksum written with them")
+        with _checked_lock:
+            if len(_CHECKED) >= _CHECKED_MAX:
+                _CHECKED.clear()
+            _CHECKED.add(key)
+        return frame
 
 
 def _blosc_sizes(frame: Any) -> tuple[int, int, int]:
@@ -710,7 +784,7 @@ class ChunkFiles:
     """
 
     def __init__(self, path: Path, shape: tuple[int, ...], chunks: tuple[int, ...],
-                 dtype: np.dtype, fill: Any, codec: Any) -> None:
+                 dtype: np.dtype, fill: Any, codec: Any, crc: bool = False) -> None:
         self.path, self.shape, self.chunks = Path(path), shape, chunks
         self.dtype, self.fill, self.codec = dtype, fill, codec
         self.meta: bytes | None = None  # the array's zarr.json, as read by open()
@@ -720,6 +794,9 @@ class ChunkFiles:
         self._keys: dict[Box | None, list[tuple[int, ...]]] = {}
         self._boxes: dict[tuple[int, ...], Box] = {}
         self._scratch = threading.local()  # per thread: see _pair
+        #: every chunk file ends with the CRC-32C of its Blosc frame (zarr's ``crc32c``
+        #: codec): written by :meth:`write`, checked when a chunk is first read
+        self.crc = crc
 
     @classmethod
     def open(cls, path: Path) -> "ChunkFiles | None":
@@ -735,6 +812,9 @@ class ChunkFiles:
             chunks = tuple(int(c) for c in grid["configuration"]["chunk_shape"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
+        crc = bool(codecs) and isinstance(codecs[-1], dict) and codecs[-1].get("name") == "crc32c"
+        if crc:
+            codecs = codecs[:-1]
         if (dtype.kind not in "biuf" or not shape or len(codecs) != 2
                 or grid.get("name") != "regular" or keys.get("name") != "default"
                 or keys.get("configuration", {}).get("separator", "/") != "/"
@@ -753,7 +833,7 @@ class ChunkFiles:
             return None  # also a fill written as text (NaN, hex): zarr decodes those
         codec = numcodecs.Blosc(cname=conf.get("cname", "lz4"), clevel=int(conf.get("clevel", 5)),
                                 shuffle=shuffle, blocksize=int(conf.get("blocksize", 0)))
-        files = cls(path, shape, chunks, dtype.newbyteorder("<"), fill, codec)
+        files = cls(path, shape, chunks, dtype.newbyteorder("<"), fill, codec, crc)
         files.meta = text
         return files
 
@@ -861,14 +941,14 @@ class ChunkFiles:
         return tuple(slice(0, n) for n in self.box(key).shape)
 
     def _map(self, key: tuple[int, ...]) -> Any:
-        """Chunk file ``key`` memory-mapped (None: an empty file; missing: DamagedError)."""
+        """Chunk file ``key``'s Blosc frame memory-mapped (None: an empty file; missing,
+        or not matching its checksum: DamagedError)."""
         try:
-            with open(self.file(key), "rb") as fh:
-                return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            return map_frame(self.file(key), self.crc)
         except FileNotFoundError:
             raise _missing(self.path, key) from None
-        except ValueError:  # an empty file cannot be mapped
-            return None
+        except ChecksumError as e:
+            raise self._damaged(key, e) from None
 
     @staticmethod
     def _check(data: Any, nbytes: int) -> None:
@@ -1046,9 +1126,8 @@ class ChunkFiles:
         parts, frame = None, None
         if base is not None and span is not None:
             try:
-                with open(base, "rb") as fh:
-                    frame = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-            except (OSError, ValueError):
+                frame = map_frame(base, self.crc)
+            except (OSError, ValueError):  # a damaged base: the chunk is encoded whole
                 frame = None
             if frame is not None:
                 parts = self._spliced(frame, block, span)
@@ -1063,6 +1142,8 @@ class ChunkFiles:
             else:
                 full = np.ascontiguousarray(block, dtype=self.dtype)
             parts = [(self.codec if level is None else self.codec_at(level)).encode(full)]
+        if self.crc:
+            parts = [*parts, checksum(parts)]
         f = self.file(key)
         if f.parent not in self._folders:
             f.parent.mkdir(parents=True, exist_ok=True)

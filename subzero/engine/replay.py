@@ -689,7 +689,7 @@ class _Derived:
             self.writes.setdefault(name, []).append(
                 self.pool.submit((WRITE, 0), _copy_chunks, files.path, dst, keep, files.meta))
             self.fast[name] = arrays.ChunkFiles(dst, files.shape, files.chunks, files.dtype,
-                                                files.fill, files.codec)
+                                                files.fill, files.codec, files.crc)
             self.own[name] = set()
         elif whole:
             op = self.parent.workflow.ops[name]

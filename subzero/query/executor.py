@@ -22,7 +22,7 @@ Every query is logged in the catalog (the optimizer's workload).
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -99,7 +99,12 @@ class QueryExecutor:
 
     def query(self, direction: str, cells: Any, start: str | None,
               path: Sequence[tuple[str, int]] | None, to: str | None,
-              method: str = "auto") -> LineageResult:
+              method: str = "auto",
+              before_step: Callable[[str, int, Sequence[Step]], None] | None = None
+              ) -> LineageResult:
+        """``before_step(operator, input, steps_done)``, when given, is called before each
+        step; whatever it raises ends the query there (how ``subzero serve`` stops a query
+        past its time limit or whose client left)."""
         t0 = time.perf_counter()
         if direction not in ("backward", "forward"):
             raise QueryError(f"direction must be 'backward' or 'forward'. Got {direction!r}.")
@@ -122,7 +127,7 @@ class QueryExecutor:
         if method in ("map", "stored"):
             self._check_forced(method, steps)
         f0 = start_frontier(wf.array_shape(start), cells)
-        got, done, along = self._walk(direction, start, target, steps, f0, method)
+        got, done, along = self._walk(direction, start, target, steps, f0, method, before_step)
         res = LineageResult(self.run.id, direction, target, got, done,
                             time.perf_counter() - t0, start, along)
         if self.log:
@@ -144,7 +149,8 @@ class QueryExecutor:
 
     # -- walking ---------------------------------------------------------------------------
     def _walk(self, direction: str, start: str, target: str, steps: list[tuple[str, int]],
-              f0: Frontier, method: str
+              f0: Frontier, method: str,
+              before_step: Callable[[str, int, Sequence[Step]], None] | None = None
               ) -> tuple[Frontier, list[Step], dict[str, Frontier]]:
         """Propagate frontiers along ``steps``, in order: each step reads the frontier of
         the array it starts from and adds its answer to the array it reaches (a union where
@@ -159,6 +165,8 @@ class QueryExecutor:
             here, there = (op_name, src) if backward else (src, op_name)
             if here not in fronts:
                 continue
+            if before_step is not None:
+                before_step(op_name, i, tuple(done))
             got, step = self._step(op_name, i, backward, fronts[here], method)
             done.append(step)
             fronts[there] = fronts[there].union(got) if there in fronts else got

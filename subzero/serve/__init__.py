@@ -4,6 +4,11 @@
 with every other command, and a one-shot query must not pay for Starlette.
 """
 
+#: a query's time limit by default, its wait for a worker included (--query-timeout)
+QUERY_TIMEOUT_S = 30.0
+#: how many queries run at once by default (--query-workers); more wait their turn
+QUERY_WORKERS = 2
+
 
 def __getattr__(name: str):
     # loaded on first use (Starlette, the API, queries): see the module docstring
@@ -18,4 +23,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'subzero.serve' has no attribute {name!r}")
 
 
-__all__ = ["Explorer", "create_app"]
+__all__ = ["Explorer", "QUERY_TIMEOUT_S", "QUERY_WORKERS", "create_app"]

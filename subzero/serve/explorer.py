@@ -2,8 +2,9 @@
 workflows, shard readers, arrays' metadata), array tiles as PNG, and lineage queries whose
 answers carry a compact mask of every array they reached.
 
-One :class:`Explorer` lives on one thread (its catalog is a SQLite connection): the web
-app (:mod:`subzero.serve.app`) hands every call to that thread.
+An :class:`Explorer` lives on one thread (its catalog is a SQLite connection): the web
+app (:mod:`subzero.serve.app`) keeps one on each of its worker threads. Queries take an
+optional ``check``, called before each step of their walk, which ends them by raising.
 
 Masks travel as runs of set cells in C order (``[start, length, start, length, ...]`` over
 the flattened array): a star's few hundred cells are a few dozen runs, a whole array is one.
@@ -14,13 +15,15 @@ the flattened array): a star's few hundred cells are a few dozen runs, a whole a
 
 from __future__ import annotations
 
+import functools
 import io
 import itertools
 import re
+import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -35,6 +38,7 @@ from subzero.frontier import Frontier
 from subzero.query import LineageResult, QueryExecutor
 from subzero.query.named import named_query, start_cells
 from subzero.query.paths import parse_path, simple_paths
+from subzero.query.results import Step
 
 #: a tile's side in pixels
 TILE = 256
@@ -50,6 +54,20 @@ STRETCH_CELLS = 1 << 22
 MAX_PATHS = 64
 
 RUN_ID = re.compile(r"r[0-9]{1,9}|latest(:[A-Za-z0-9_.-]{1,64})?")
+
+#: ``check(target, operator, input, steps_done)``: called before each step of a query
+#: (``target`` None when the query follows a path)
+Check = Callable[[str | None, str, int, Sequence[Step]], None]
+
+#: held while a query reads stored lineage: the process has one reader per shard (LMDB opens
+#: an environment once per process, :func:`encoders.lookup.shared_shard`) and a reader's
+#: read transaction and cursors serve one thread at a time; re-execution runs without it
+_STORED_READS = threading.Lock()
+
+#: each array's contrast (:meth:`Explorer._stretch`) by its folder and its run's start, for
+#: every explorer of the process: a finished run's arrays never change, and the explorers
+#: of a server's threads would each compute it again
+_CONTRAST: dict[tuple[str, Any], tuple[float, float]] = {}
 
 
 class NotFound(SubZeroError):
@@ -100,13 +118,21 @@ def mask_json(f: Frontier) -> dict[str, Any]:
     return doc
 
 
+class _Executor(QueryExecutor):
+    """A query executor for explorers on several threads: its stored-lineage reads hold
+    :data:`_STORED_READS` (see there)."""
+
+    def _stored(self, *args: Any, **kwargs: Any) -> Frontier | None:
+        with _STORED_READS:
+            return super()._stored(*args, **kwargs)
+
+
 @dataclass
 class _Warm:
-    """A run kept warm: its bound workflow, query executor and arrays' contrast."""
+    """A run kept warm: its bound workflow and query executor."""
 
     run: Run
     qx: QueryExecutor
-    stretch: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 class Explorer:
@@ -146,7 +172,7 @@ class Explorer:
             loaded = load_run(self.home, info["id"], catalog=self.catalog,
                               allow_changed_code=self.allow_changed_code)
             run = Run(loaded, requested=rid)
-            qx = QueryExecutor(loaded, catalog=self.catalog)
+            qx = _Executor(loaded, catalog=self.catalog)
             w = self._warm[info["id"]] = _Warm(run, qx)
         return w
 
@@ -210,16 +236,17 @@ class Explorer:
         r0, c0 = ty * span, tx * span
         block = read_view(path, meta["shape"], (r0, min(h, r0 + span)),
                           (c0, min(wd, c0 + span)), f)
-        lo, hi = self._stretch(w, name, path, meta)
+        lo, hi = self._stretch(w, path, meta)
         return png(grey(block, lo, hi))
 
-    def _stretch(self, w: _Warm, name: str, path: Path, meta: Mapping[str, Any]
-                 ) -> tuple[float, float]:
+    @staticmethod
+    def _stretch(w: _Warm, path: Path, meta: Mapping[str, Any]) -> tuple[float, float]:
         """The 1st and 99.5th percentiles of the array (of a centred box of it when large:
         at most :data:`STRETCH_CELLS` cells, whatever its rank), so that every tile of one
         array shares one contrast."""
-        if name in w.stretch:
-            return w.stretch[name]
+        key = (str(path), w.run.loaded.info.get("started"))
+        if key in _CONTRAST:
+            return _CONTRAST[key]
         shape = tuple(meta["shape"])
         if size_of(shape) <= STRETCH_CELLS:
             data = read_array(path)
@@ -227,22 +254,24 @@ class Explorer:
             side = max(1, int(STRETCH_CELLS ** (1.0 / len(shape)) + 1e-9))
             lo = tuple(max(0, (s - side) // 2) for s in shape)
             data = read_box(path, Box(lo, tuple(min(s, a + side) for s, a in zip(shape, lo))))
-        w.stretch[name] = stretch(data)
-        return w.stretch[name]
+        _CONTRAST[key] = stretch(data)
+        return _CONTRAST[key]
 
     # -- queries ---------------------------------------------------------------------------
-    def query(self, rid: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+    def query(self, rid: str, spec: Mapping[str, Any], check: Check | None = None
+              ) -> dict[str, Any]:
         """Answer one query given as the API's fields: ``direction``, ``from``, one of
         ``cells`` (``"r,c;r,c"`` or a list of coordinates), ``box`` (``"r0:r1,c0:c1"``),
         then ``to`` (an array), ``path`` (``"op:i,op:i"``) or neither (the workflow's inputs
-        backward, its outputs forward), and ``method``."""
+        backward, its outputs forward), and ``method``. ``check``: see :data:`Check`."""
         t0 = time.perf_counter()
         w = self.warm(rid)
-        results = self._query(w, spec)
+        results = self._query(w, spec, check)
         return answer(w.run, results[0].direction, results[0].start, results,
                       time.perf_counter() - t0)
 
-    def _query(self, w: _Warm, spec: Mapping[str, Any]) -> list[LineageResult]:
+    def _query(self, w: _Warm, spec: Mapping[str, Any], check: Check | None = None
+               ) -> list[LineageResult]:
         direction = _direction(spec)
         start = _text(spec, "from")
         meta = self._array(w, start)
@@ -255,7 +284,8 @@ class Explorer:
         if to is not None:
             self._array(w, to)
         targets = [to] if (to or path) else default_targets(w.run, direction, start)
-        return [w.qx.query(direction, cells, start, path, t, method) for t in targets]
+        return [w.qx.query(direction, cells, start, path, t, method, _hook(check, t))
+                for t in targets]
 
     def paths(self, rid: str, spec: Mapping[str, Any]) -> dict[str, Any]:
         """The paths from ``from`` to ``to`` one by one (at most :data:`MAX_PATHS`, shortest
@@ -276,15 +306,18 @@ class Explorer:
         return {"run": w.run.id, "direction": direction, "from": start, "to": to,
                 "paths": out, "truncated": len(found) > MAX_PATHS}
 
-    def named(self, rid: str, name: str, method: str = "auto") -> dict[str, Any]:
+    def named(self, rid: str, name: str, method: str = "auto", check: Check | None = None
+              ) -> dict[str, Any]:
+        """Named query ``name`` of the run (``check``: see :data:`Check`)."""
         t0 = time.perf_counter()
         w = self.warm(rid)
-        res = self._named(w, name, method)
+        res = self._named(w, name, method, check)
         doc = answer(w.run, res.direction, res.start, [res], time.perf_counter() - t0)
         doc["named"] = name
         return doc
 
-    def _named(self, w: _Warm, name: Any, method: Any) -> LineageResult:
+    def _named(self, w: _Warm, name: Any, method: Any, check: Check | None = None
+               ) -> LineageResult:
         """Named query ``name`` of the run, its cells chosen once and kept in the catalog
         (:mod:`subzero.query.named`); unknown: :class:`NotFound`."""
         if not isinstance(method, str):
@@ -294,19 +327,22 @@ class Explorer:
         except SubZeroError as e:
             raise NotFound(_first_line(e)) from None
         cells = start_cells(w.run, w.run.id, q.name, self.catalog)
-        return w.qx.query(q.direction, cells, q.start, q.path, q.to, method)
+        return w.qx.query(q.direction, cells, q.start, q.path, q.to, method,
+                          _hook(check, q.to))
 
-    def result_file(self, rid: str, spec: Mapping[str, Any], fmt: str) -> tuple[bytes, str]:
-        """The mask a query reached in its one target, as ``.npy`` or FITS bytes."""
+    def result_file(self, rid: str, spec: Mapping[str, Any], fmt: str,
+                    check: Check | None = None) -> tuple[bytes, str]:
+        """The mask a query reached in its one target, as ``.npy`` or FITS bytes
+        (``check``: see :data:`Check`)."""
         if fmt not in ("npy", "fits"):
             raise QueryError(f"format {str(fmt)[:20]!r}: expected npy or fits")
         w = self.warm(rid)
         if spec.get("named"):
-            res = self._named(w, spec["named"], spec.get("method") or "auto")
+            res = self._named(w, spec["named"], spec.get("method") or "auto", check)
         else:
             if not (spec.get("to") or spec.get("path")):
                 raise QueryError("a download needs one target: give to=ARRAY or path=...")
-            res = self._query(w, spec)[0]
+            res = self._query(w, spec, check)[0]
         mask = res.mask
         buf = io.BytesIO()
         if fmt == "npy":
@@ -316,6 +352,12 @@ class Explorer:
 
             fits.PrimaryHDU(mask.astype(np.uint8)).writeto(buf)
         return buf.getvalue(), f"{res.run}-{res.direction}-{res.array}.{fmt}"
+
+
+def _hook(check: Check | None, target: str | None
+          ) -> Callable[[str, int, Sequence[Step]], None] | None:
+    """``check`` for the walk toward ``target`` (the executor's ``before_step``)."""
+    return None if check is None else functools.partial(check, target)
 
 
 def default_targets(run: Run, direction: str, start: str) -> list[str]:

@@ -366,7 +366,11 @@ def test_a_port_in_use_is_one_line_and_exit_2(astro_home):
     (["--host", "0.0.0.0"], None, "--token"), (["--port", "70000"], None, "70000"),
     (["--port", "x"], None, "'x'"), (["--token", "a b&c"], None, "--token: a token may"),
     (["--token", "t\u00f6ken"], None, "letters, digits and . _ ~ -"),
-    ([], {"SUBZERO_TOKEN": "x?y=1"}, "$SUBZERO_TOKEN: a token may")])
+    ([], {"SUBZERO_TOKEN": "x?y=1"}, "$SUBZERO_TOKEN: a token may"),
+    (["--query-timeout", "0"], None, "--query-timeout 0: expected a number of seconds"),
+    (["--query-timeout", "nan"], None, "--query-timeout nan"),
+    (["--query-timeout", "soon"], None, "'soon'"),
+    (["--query-workers", "0"], None, "--query-workers 0: expected a whole number >= 1")])
 def test_bad_serve_options_are_one_line_and_exit_2(astro_home, args, env, word):
     home, _ = astro_home
     p = _serve(home, "--port", "0", *args, env=env)

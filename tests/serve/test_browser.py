@@ -126,3 +126,49 @@ def test_named_query_is_one_click(server, browser, astro_home):
     assert el.get_attribute("data-array") == expected.array
     assert wait_for(lambda: d.execute_script("return window.subzero.overlayPixels()"),
                     what="overlay pixels") > 0
+
+
+def test_a_new_query_calls_off_the_one_on_its_way(server, browser, astro_home):
+    """A slow box query, then a click elsewhere: the page aborts the first, and the server
+    stops it (its client gone) instead of running it to its end."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import Select
+
+    _, run = astro_home
+    d = browser
+    d.get(server.url + "/")
+    wait_for(lambda: d.find_elements(By.CSS_SELECTOR, "#graph .node"), what="the workflow graph")
+    Select(d.find_element(By.ID, "run-select")).select_by_value(run.id)
+    d.find_element(By.CSS_SELECTOR, '#graph .node[data-array="clust"]').click()
+    wait_for(lambda: d.find_element(By.ID, "array-name").text == "clust", what="clust open")
+    d.find_element(By.ID, "direction-backward").click()
+    Select(d.find_element(By.ID, "target-select")).select_by_value("")  # every input
+    Select(d.find_element(By.ID, "method-select")).select_by_value("reexec")
+    d.execute_script("document.getElementById('viewer').scrollIntoView()")
+    d.find_element(By.ID, "zoom-fit").click()
+    before = server.json("/api/status")[1]
+
+    viewer = d.find_element(By.ID, "viewer")
+    a, b = (d.execute_script("return window.subzero.cellOffset(arguments[0], arguments[1])",
+                             r, c) for r, c in [(10, 10), (1800, 500)])
+    ActionChains(d).key_down(Keys.SHIFT) \
+        .move_to_element_with_offset(viewer, round(a["dx"]), round(a["dy"])).click_and_hold() \
+        .move_by_offset(round(b["dx"] - a["dx"]), round(b["dy"] - a["dy"])).release() \
+        .key_up(Keys.SHIFT).perform()
+    wait_for(lambda: server.json("/api/status")[1]["queries"], what="the box query running")
+
+    Select(d.find_element(By.ID, "method-select")).select_by_value("auto")
+    off = d.execute_script("return window.subzero.cellOffset(100, 100)")
+    ActionChains(d).move_to_element_with_offset(viewer, round(off["dx"]), round(off["dy"])) \
+        .click().perform()
+    # (at this zoom a screen pixel spans several cells: the one clicked is near (100, 100))
+    wait_for(lambda: "cells" in ((d.execute_script("return window.subzero.state.answer")
+                                  or {}).get("spec") or {}), what="the pixel's answer")
+    after = wait_for(lambda: (lambda doc: doc if not doc["queries"] else None)(
+        server.json("/api/status")[1]), what="no query under way")
+    assert after["cancelled"] == before["cancelled"] + 1
+    box = [q for q in after["recent"] if q["outcome"] == "cancelled"][-1]
+    assert box["stopped_at"] is not None
+    assert "error" not in d.find_element(By.ID, "status").get_attribute("class")

@@ -17,6 +17,7 @@ const state = {
   overlay: null,      // {runs, view:[h, w]} drawn over the array on view
   selection: null,    // {r0, c0, r1, c1} view cells of the query's start
   busy: 0,
+  asking: null,       // the AbortController of the query on its way
 };
 
 // -- the API -------------------------------------------------------------------------------
@@ -26,6 +27,18 @@ async function api(path, options) {
   try { doc = await resp.json(); } catch (e) { doc = { error: `HTTP ${resp.status}` }; }
   if (!resp.ok) throw new Error(doc.error || `HTTP ${resp.status}`);
   return doc;
+}
+
+// A new query supersedes the one on its way: that one is aborted, and the server, seeing
+// its client go, stops it before its next step.
+function newQuery() {
+  if (state.asking) state.asking.abort();
+  state.asking = new AbortController();
+  return state.asking.signal;
+}
+
+function superseded(e) {
+  return e.name === "AbortError";
 }
 
 function status(text, error) {
@@ -186,10 +199,11 @@ async function runNamed(name) {
   status(`${name} …`);
   try {
     const t0 = performance.now();
-    const doc = await api(`/api/runs/${rid}/named/${encodeURIComponent(name)}?method=${$("method-select").value}`);
+    const doc = await api(`/api/runs/${rid}/named/${encodeURIComponent(name)}?method=${$("method-select").value}`,
+                          { signal: newQuery() });
     state.selection = null;
     showAnswer(doc, performance.now() - t0);
-  } catch (e) { status(e.message, true); }
+  } catch (e) { if (!superseded(e)) status(e.message, true); }
 }
 
 // -- arrays and the viewer -----------------------------------------------------------------
@@ -493,11 +507,12 @@ async function traceCells(r0, c0, r1, c1) {
     const t0 = performance.now();
     const doc = await api(`/api/runs/${rid}/query`, {
       method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(spec),
+      signal: newQuery(),
     });
     doc.spec = spec;
     showAnswer(doc, performance.now() - t0);
   } catch (e) {
-    status(e.message, true);
+    if (!superseded(e)) status(e.message, true);
   } finally {
     state.busy -= 1;
     document.body.dataset.busy = state.busy;
