@@ -415,19 +415,7 @@ class CodeGate:
     def _load(name: str, path: Path) -> ModuleType:
         if not path.is_file():
             raise CodeError(f"module {name} is no longer at {path}")
-        is_pkg = path.name == "__init__.py"
-        spec = importlib.util.spec_from_file_location(
-            name, path, submodule_search_locations=[str(path.parent)] if is_pkg else None)
-        if spec is None or spec.loader is None:
-            raise CodeError(f"{path} is not a Python module")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        try:
-            spec.loader.exec_module(mod)
-        except BaseException:
-            sys.modules.pop(name, None)
-            raise
-        return mod
+        return exec_file(name, path)
 
     def import_object(self, path: str) -> Any:
         """The object ``module:qualname`` names, its module imported through the gate."""
@@ -443,6 +431,25 @@ class CodeGate:
                 raise CodeError(f"module {module} has no {qualname!r} (named by the manifest "
                                 f"as {path})") from None
         return obj
+
+
+def exec_file(name: str, path: Path) -> ModuleType:
+    """Import the Python file ``path`` as module ``name`` (a package's ``__init__.py`` as
+    that package), registered in ``sys.modules``; whatever the file raises is raised, and
+    leaves no half-imported module behind. ``ImportError`` when it is not Python source."""
+    is_pkg = path.name == "__init__.py"
+    spec = importlib.util.spec_from_file_location(
+        name, path, submodule_search_locations=[str(path.parent)] if is_pkg else None)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path} is not a Python module")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return mod
 
 
 def trusted_owners() -> set[int]:

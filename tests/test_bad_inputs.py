@@ -489,16 +489,9 @@ def _undo_read_only(path, how):
     os.chmod(path, 0o755)
 
 
-@pytest.mark.parametrize("argv, word", [
-    (["run", "example", "--param", "shape=40x30", "--home", "{RO}/home"], "not writable"),
-    (["export", "r1", "image", "{RO}/x.npy"], "read-only"),
-    ([*Q1, *IMG, "--out", "{RO}/x.npy"], "read-only"),
-    ([*Q1, *IMG, "--png", "{RO}/x.png"], "read-only"),
-    ([*OPT, "--out", "{RO}/p.json"], "read-only"),
-    (["calibrate", "--out", "{RO}/c.json"], "read-only"),
-])
-def test_read_only_home_or_output_is_one_line(argv, word, corpus, capsys, monkeypatch,
-                                              tmp_path):
+def _run_read_only(argv, corpus, capsys, monkeypatch, tmp_path):
+    """``argv`` run with ``{RO}`` a read-only folder holding ``home``, a copy of the
+    corpus' home made read-only too (skipped where no folder can be made read-only)."""
     ro = tmp_path / "ro"
     ro.mkdir()
     home = ro / "home"
@@ -509,12 +502,25 @@ def test_read_only_home_or_output_is_one_line(argv, word, corpus, capsys, monkey
     try:
         if any(h is None for _, h in hows):
             pytest.skip("cannot make a folder read-only here")
-        got, out = run_case([a.replace("{RO}", str(ro)) for a in argv], corpus, capsys,
-                            monkeypatch)
+        return run_case([a.replace("{RO}", str(ro)) for a in argv], corpus, capsys,
+                        monkeypatch)
     finally:
         for p, how in reversed(hows):
             if how:
                 _undo_read_only(p, how)
+
+
+@pytest.mark.parametrize("argv, word", [
+    (["run", "example", "--param", "shape=40x30", "--home", "{RO}/home"], "not writable"),
+    (["export", "r1", "image", "{RO}/x.npy"], "read-only"),
+    ([*Q1, *IMG, "--out", "{RO}/x.npy"], "read-only"),
+    ([*Q1, *IMG, "--png", "{RO}/x.png"], "read-only"),
+    ([*OPT, "--out", "{RO}/p.json"], "read-only"),
+    (["calibrate", "--out", "{RO}/c.json"], "read-only"),
+])
+def test_read_only_home_or_output_is_one_line(argv, word, corpus, capsys, monkeypatch,
+                                              tmp_path):
+    got, out = _run_read_only(argv, corpus, capsys, monkeypatch, tmp_path)
     lines = out.err.strip().splitlines()
     assert got == 2 and len(lines) == 1, out.err
     assert word in lines[0], lines[0]
@@ -531,22 +537,7 @@ def test_reading_commands_answer_on_a_read_only_home(argv, corpus, capsys, monke
                                                      tmp_path):
     """A home this user cannot write (made read-only here; tests/test_readers_never_write.py
     mounts one read-only) answers every reading command."""
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    home = ro / "home"
-    shutil.copytree(corpus["H"], home)
-    (home / "catalog.sqlite-wal").unlink(missing_ok=True)
-    (home / "catalog.sqlite-shm").unlink(missing_ok=True)
-    hows = [(p, _make_read_only(p)) for p in (home, ro)]
-    try:
-        if any(h is None for _, h in hows):
-            pytest.skip("cannot make a folder read-only here")
-        got, out = run_case([a.replace("{RO}", str(ro)) for a in argv], corpus, capsys,
-                            monkeypatch)
-    finally:
-        for p, how in reversed(hows):
-            if how:
-                _undo_read_only(p, how)
+    got, out = _run_read_only(argv, corpus, capsys, monkeypatch, tmp_path)
     assert got == 0, out.err
 
 

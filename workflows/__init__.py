@@ -14,7 +14,6 @@ converting the command line's strings by the function's annotations.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import inspect
 import os
 import sys
@@ -25,7 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Mapping
 
-from subzero.codeid import check_module_name, locate
+from subzero.codeid import check_module_name, exec_file, locate
 from subzero.errors import SubZeroError, WorkflowError
 from subzero.workflow import Workflow
 
@@ -170,25 +169,16 @@ def _import_file(where: str, text: str) -> ModuleType:
     folder = str(path.parent)
     if folder not in sys.path:
         sys.path.insert(0, folder)
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise WorkflowError(f"{text}: {where} is not a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        return exec_file(name, path)
     except SubZeroError:
-        sys.modules.pop(name, None)
         raise
     except SyntaxError as e:
-        sys.modules.pop(name, None)
         raise WorkflowError(f"{text}: {where} is not valid Python (line {e.lineno}: "
                             f"{e.msg})") from None
     except Exception as e:  # noqa: BLE001 - the user's file, reported in one line
-        sys.modules.pop(name, None)
         raise WorkflowError(f"{text}: running {where} failed: {type(e).__name__}: "
                             f"{_first(e)}") from None
-    return module
 
 
 def build(name: str, inputs: Mapping[str, str] | None = None, **params: Any) -> Workflow:

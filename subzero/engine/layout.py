@@ -25,7 +25,7 @@ from typing import Sequence
 
 from subzero.cells import Box
 from subzero.chunking import chunk_key
-from subzero.errors import StoreError
+from subzero.errors import CatalogError, StoreError
 from subzero.lineage import ShardSpec
 from subzero.modes import Strategy
 
@@ -65,6 +65,18 @@ def resolve_home(home: str | os.PathLike | None = None) -> Path:
 
 def catalog_path(home: Path) -> Path:
     return Path(home) / CATALOG
+
+
+def existing_catalog(home: str | os.PathLike | None) -> tuple[Path, Path]:
+    """The home (resolved, :func:`resolve_home`) and its catalog, which must exist: a
+    reading command never makes a home. A one-line :class:`CatalogError` otherwise."""
+    home = resolve_home(home)
+    path = catalog_path(home)
+    if home.exists() and not home.is_dir():
+        raise CatalogError(f"SubZero home {home} is a file; expected a folder (--home DIR)")
+    if not path.is_file():
+        raise CatalogError(f"no SubZero home at {home} (run a workflow first, or pass --home)")
+    return home, path
 
 
 def logs_dir(home: Path) -> Path:

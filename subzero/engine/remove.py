@@ -406,12 +406,7 @@ def finish_removals(cat: Catalog, home: Path, dry_run: bool = False,
 
 
 def _open(home: str | os.PathLike | None) -> tuple[Catalog, Path]:
-    home = layout.resolve_home(home)
-    path = layout.catalog_path(home)
-    if home.exists() and not home.is_dir():
-        raise CatalogError(f"SubZero home {home} is a file; expected a folder (--home DIR)")
-    if not path.is_file():
-        raise CatalogError(f"no SubZero home at {home} (run a workflow first, or pass --home)")
+    home, path = layout.existing_catalog(home)
     return Catalog(path), home
 
 

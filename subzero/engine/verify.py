@@ -40,7 +40,7 @@ from subzero.engine.catalog import Catalog
 from subzero import manifest
 from subzero.codeid import CodeGate
 from subzero.engine.runs import operator_code, read_manifest
-from subzero.errors import CatalogError, CodeError, DamagedCatalogError, StoreError
+from subzero.errors import CodeError, DamagedCatalogError, StoreError
 
 #: what a damaged file raises while it is read
 _READ_ERRORS = (lmdb.Error, OSError, ValueError, KeyError, IndexError, RuntimeError,
@@ -220,12 +220,7 @@ def verify_run(home: str | os.PathLike | None, run: str) -> Report:
     """Check run ``run`` (an id, ``latest`` or ``latest:WORKFLOW``) of ``home``; see the
     module docstring. A run's ``running`` or ``failed`` status is reported, not checked
     against (its files are whatever it wrote)."""
-    home = layout.resolve_home(home)
-    path = layout.catalog_path(home)
-    if home.exists() and not home.is_dir():
-        raise CatalogError(f"SubZero home {home} is a file; expected a folder (--home DIR)")
-    if not path.is_file():
-        raise CatalogError(f"no SubZero home at {home} (run a workflow first, or pass --home)")
+    home, path = layout.existing_catalog(home)
     try:
         cat = Catalog(path)
     except DamagedCatalogError as e:
