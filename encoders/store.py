@@ -43,7 +43,6 @@ import socket
 import tempfile
 import time
 import uuid
-import weakref
 import zlib
 from itertools import islice
 from pathlib import Path
@@ -162,6 +161,23 @@ def _write_rtree(base: Path, sp: SpatialIndex) -> None:
                                   np.ascontiguousarray(sp.maxs, dtype=np.float64)),
                       properties=p)
     idx.close()
+
+
+def _open_private_copy(base: Path, properties: Any) -> Any:
+    """The R-tree ``base`` opened from a private copy: libspatialindex writes its header
+    and pages back when an index closes, and a published shard is never written (its
+    checksum covers these files). libspatialindex keeps the copy's files open, so their
+    names go at once: no copy outlives the reader, however its process ends."""
+    from rtree import index  # loads libspatialindex: only *Many shards need it
+
+    folder = Path(tempfile.mkdtemp(prefix="subzero-rtree-", dir=_scratch_root()))
+    try:
+        copy = folder / base.name
+        for suffix in (".dat", ".idx"):
+            shutil.copyfile(base.with_suffix(suffix), copy.with_suffix(suffix))
+        return index.Index(str(copy), properties=properties)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _scratch_root() -> str | None:
@@ -350,7 +366,6 @@ class LmdbShard(ShardData):
         self._blob_db = None      # the blobs' database (None: the main one)
         self._blob_key = BLOB_KEY  # their keys' prefix there
         self._rtrees: dict[str, Any] = {}
-        self._scratch: Path | None = None  # private copies of the R-trees read
         self._cursors: dict[str, Any] = {}
         if (self.path / DATA).exists():
             names = list(meta.get("lmdb", {}))
@@ -478,7 +493,7 @@ class LmdbShard(ShardData):
             else:
                 d = int(self.meta["rtree_dims"][name])
                 p = _rtree_props(d)
-                self._rtrees[name] = index.Index(str(self._private_copy(base)), properties=p)
+                self._rtrees[name] = _open_private_copy(base, p)
         tree = self._rtrees[name]
         if tree is None or len(mins) == 0:
             return np.empty(0, dtype=np.int64)
@@ -486,27 +501,11 @@ class LmdbShard(ShardData):
                                      np.ascontiguousarray(maxs, dtype=np.float64))
         return uniq(ids)
 
-    def _private_copy(self, base: Path) -> Path:
-        """The R-tree ``base`` copied to a private scratch folder, which the reader opens
-        instead: libspatialindex writes its header and pages back when an index closes,
-        and a published shard is never written (its checksum covers these files)."""
-        if self._scratch is None:
-            self._scratch = Path(tempfile.mkdtemp(prefix="subzero-rtree-", dir=_scratch_root()))
-            # removed with the reader even when it is never closed
-            weakref.finalize(self, shutil.rmtree, self._scratch, True)
-        copy = self._scratch / base.name
-        for suffix in (".dat", ".idx"):
-            shutil.copyfile(base.with_suffix(suffix), copy.with_suffix(suffix))
-        return copy
-
     def close(self) -> None:
         for t in self._rtrees.values():
             if t is not None:
                 t.close()
         self._rtrees.clear()
-        if self._scratch is not None:
-            shutil.rmtree(self._scratch, ignore_errors=True)
-            self._scratch = None
         for c in self._cursors.values():
             c.close()
         self._cursors.clear()
