@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +152,9 @@ def open_shard(path: str | os.PathLike) -> ShardReader:
 # one process, and a published shard never changes, so every user in the process (query
 # executors, ``subzero verify``) shares it.
 _SHARED: dict[str, ShardReader] = {}
+#: held while a shard is opened: two threads asking for the same new shard (the
+#: explorer's query workers) would otherwise both open it, and LMDB refuses the second
+_SHARED_LOCK = threading.Lock()
 
 
 def _shared_key(path: str | os.PathLike) -> str:
@@ -163,7 +167,10 @@ def shared_shard(path: str | os.PathLike) -> ShardReader:
     key = _shared_key(path)
     reader = _SHARED.get(key)
     if reader is None:
-        reader = _SHARED[key] = open_shard(key)
+        with _SHARED_LOCK:
+            reader = _SHARED.get(key)
+            if reader is None:
+                reader = _SHARED[key] = open_shard(key)
     return reader
 
 

@@ -210,3 +210,44 @@ def test_another_users_home_answers_every_reading_command(home):
         assert digests(foreign) == digests(h)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_threads_asking_for_one_shard_share_one_reader(home, monkeypatch):
+    """The explorer's query workers may ask for the same shard at once: one opens it,
+    every one gets that reader (LMDB refuses a second open in one process)."""
+    import threading
+    import time
+
+    from encoders import lookup
+    from subzero.engine.catalog import Catalog
+
+    h, runs = home
+    cat = Catalog(h / "catalog.sqlite")
+    try:
+        row = next(r for r in cat.shards(runs["full-one"]))
+    finally:
+        cat.close()
+    path = h / row["path"]
+    lookup._SHARED.pop(lookup._shared_key(path), None)
+    slow_open = lookup.open_shard
+
+    def opening(p):
+        time.sleep(0.05)  # a wide window for a second thread to ask meanwhile
+        return slow_open(p)
+
+    monkeypatch.setattr(lookup, "open_shard", opening)
+    start, got, errors = threading.Barrier(6), [], []
+
+    def ask():
+        start.wait()
+        try:
+            got.append(lookup.shared_shard(path))
+        except Exception as e:  # noqa: BLE001 - what the test looks for
+            errors.append(e)
+
+    threads = [threading.Thread(target=ask) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(got) == 6 and all(r is got[0] for r in got)
