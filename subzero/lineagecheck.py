@@ -58,6 +58,12 @@ class CheckError(SubZeroError):
     """An operator or inputs the lineage checker cannot check as asked."""
 
 
+#: the share of perturbed runs that may raise (and be skipped) for a mode still to count
+#: as checked
+MAX_SKIPPED = 0.1
+#: the share of an input's cells taken as its extreme values (each tail), for sampling
+EXTREME_QUANTILE = 0.005
+
 # ---------------------------------------------------------------------------------------
 # reports
 # ---------------------------------------------------------------------------------------
@@ -104,8 +110,21 @@ class ModeCheck:
         return [c for c in self.cells if c.unsound]
 
     @property
+    def checked(self) -> bool:
+        """Whether enough perturbed runs ran: more than :data:`MAX_SKIPPED` of them raising
+        (skipped) leaves the mode not checked, whatever the rest found."""
+        return self.failed_runs <= MAX_SKIPPED * max(1, self.runs)
+
+    @property
     def sound(self) -> bool:
-        return not self.unsound
+        return not self.unsound and self.checked
+
+    @property
+    def verdict(self) -> str:
+        """``sound``, ``UNSOUND`` or ``NOT CHECKED`` (too many perturbed runs raised)."""
+        if self.unsound:
+            return "UNSOUND"
+        return "sound" if self.checked else "NOT CHECKED"
 
     @property
     def measured(self) -> list[CellCheck]:
@@ -139,7 +158,8 @@ class ModeCheck:
     def to_json(self) -> dict[str, Any]:
         w = self.widest
         return {
-            "mode": self.mode.value, "sound": self.sound, "samples": len(self.cells),
+            "mode": self.mode.value, "sound": self.sound, "verdict": self.verdict,
+            "checked": self.checked, "samples": len(self.cells),
             "unsound": [c.to_json() for c in self.unsound],
             "disagreements": self.disagreements, "pairs_compared": self.pairs_compared,
             "disagreement_example": self.disagreement_example,
@@ -195,7 +215,7 @@ class LineageCheck:
                 f", widest cell {list(w.cell)} ({w.why}): {w.declared} declared, "
                 f"{w.influential} influential")
             out.append(
-                f"  {m.mode.value:5s} {'sound' if m.sound else 'UNSOUND':7s} "
+                f"  {m.mode.value:5s} {m.verdict:7s} "
                 f"{len(m.cells)} cells, {len(m.unsound)} unsound, {m.disagreements} "
                 f"forward/backward disagreements; declared {m.declared} / influential "
                 f"{m.influential} cells = {t}{widest}")
@@ -205,9 +225,14 @@ class LineageCheck:
                            f"{ex.get('summary', 'cells outside its lineage')}")
             if m.disagreement_example:
                 out.append(f"    disagreement: {m.disagreement_example['summary']}")
-            if m.failed_runs:
-                out.append(f"    note: {m.failed_runs} run(s) on changed inputs raised and "
-                           f"were skipped ({m.failure})")
+            if m.failed_runs and not m.checked:
+                out.append(f"    not checked: {m.failed_runs} of {m.runs} runs on changed "
+                           f"inputs raised and were skipped, more than a tenth "
+                           f"({m.failure}); give inputs the operator accepts changed "
+                           "(--input)")
+            elif m.failed_runs:
+                out.append(f"    note: {m.failed_runs} of {m.runs} run(s) on changed inputs "
+                           f"raised and were skipped ({m.failure})")
         return out
 
 
@@ -363,11 +388,35 @@ def _rare_cells(out: np.ndarray) -> np.ndarray:
     return np.flatnonzero(counts[inv.reshape(-1)] < counts.max())
 
 
+def _rare_input_cells(op: Any, inputs: Sequence[np.ndarray]) -> np.ndarray:
+    """Linear indices of output cells where an input shaped like the output takes a rare
+    value: an integer or boolean value rarer than its most common one (a flagged pixel of
+    a mask, a label), or a float in either extreme tail (:data:`EXTREME_QUANTILE`).
+    Operators that lie about lineage often do so only there (a cleaner that declares
+    itself elementwise but replaces flagged pixels by their neighbours' median)."""
+    shape = tuple(op.out_shape)
+    found = [np.empty(0, dtype=np.int64)]
+    for a in inputs:
+        if tuple(a.shape) != shape or a.size == 0:
+            continue
+        if a.dtype.kind in "biu":
+            found.append(_rare_cells(a))
+        elif a.dtype.kind == "f":
+            flat = a.reshape(-1)
+            finite = np.isfinite(flat)
+            if finite.sum() < 2:
+                continue
+            lo, hi = np.quantile(flat[finite], [EXTREME_QUANTILE, 1 - EXTREME_QUANTILE])
+            found.append(np.flatnonzero(finite & ((flat <= lo) | (flat >= hi))))
+    return np.unique(np.concatenate(found)).astype(np.int64)
+
+
 def sample_cells(op: Any, out: np.ndarray, samples: int, rng: np.random.Generator,
-                 split: Any = 2, covered: np.ndarray | None = None
-                 ) -> list[tuple[tuple[int, ...], str]]:
+                 split: Any = 2, covered: np.ndarray | None = None,
+                 inputs: Sequence[np.ndarray] = ()) -> list[tuple[tuple[int, ...], str]]:
     """Up to ``samples`` distinct output cells: corners and edges, chunk borders, rare
-    values, payload cells, random (in that order of priority, each kind a share)."""
+    values of the output, rare values of the inputs (:func:`_rare_input_cells`), payload
+    cells, random (in that order of priority, each kind a share)."""
     shape = tuple(op.out_shape)
     size = int(np.prod(shape))
     picked: dict[int, str] = {}
@@ -386,12 +435,14 @@ def sample_cells(op: Any, out: np.ndarray, samples: int, rng: np.random.Generato
         lin = rng.choice(lin, size=min(k, len(lin)), replace=False)
         return [(tuple(int(v) for v in np.unravel_index(int(x), shape)), why) for x in lin]
 
-    share = max(1, samples // 5)
+    share = max(1, samples // 6)
     edges = _edge_cells(shape) if shape else [((), "corner")]
     take([edges[k] for k in rng.permutation(len(edges))], share)
     borders = _border_cells(op, split, rng) if shape else []
     take([borders[k] for k in rng.permutation(len(borders))], share)
     take(from_lin(_rare_cells(out), "rare", share), share)
+    if shape:
+        take(from_lin(_rare_input_cells(op, inputs), "rare input", share), share)
     if covered is not None:
         take(from_lin(np.flatnonzero(covered), "payload", share), share)
     take(from_lin(np.arange(size), "random", samples), samples)
@@ -422,6 +473,16 @@ def _structured(arr: np.ndarray, keep: np.ndarray) -> list[np.ndarray]:
         return [np.where(keep, arr, np.array(v, dtype=arr.dtype))
                 for v in (info.min, info.max, 0)]
     return []
+
+
+def _drawn(arr: np.ndarray, keep: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Every cell outside ``keep`` given a value drawn from the array itself (its values
+    shuffled): a mask gains and loses flags, labels move, where random noise would make
+    values the operator never sees."""
+    if arr.size == 0:
+        return arr.copy()
+    drawn = rng.permutation(arr.reshape(-1)).reshape(arr.shape)
+    return np.where(keep, arr, drawn)
 
 
 def _vocabulary(arr: np.ndarray, most: int = 32) -> list[Any]:
@@ -613,7 +674,7 @@ def _check_mode(op: Any, runner: _Runner, lineage: _Lineage,
     for (cell, why), lin, keep in zip(cells, lins, lineages):
         chk = CellCheck(cell, why, int(sum(int(k.sum()) for k in keep)))
         variants = [[perturb(a, k, rng) for a, k in zip(inputs, keep)] for _ in range(trials)]
-        structured = [_structured(a, k) for a, k in zip(inputs, keep)]
+        structured = [_structured(a, k) + [_drawn(a, k, rng)] for a, k in zip(inputs, keep)]
         n_struct = max((len(s) for s in structured), default=0)
         for j in range(n_struct):
             variants.append([s[j % len(s)] if s else a
@@ -774,7 +835,7 @@ def check_operator(op: Any, inputs: Sequence[np.ndarray], samples: int = 24, see
                                  f"lineage: {_problem(e)}") from None
         lineage = _Lineage(op, mode, full, pays)
         covered = lineage.covered if mode in (Mode.PAY, Mode.COMP) else None
-        cells = given or sample_cells(op, runner.base, samples, rng, split, covered)
+        cells = given or sample_cells(op, runner.base, samples, rng, split, covered, inputs)
         report.modes.append(_check_mode(op, runner, lineage, cells, seed + 101 * (k + 1),
                                         trials, max_influence_runs))
     return report

@@ -187,13 +187,56 @@ def test_pair_restriction_matches_brute_force():
     assert len(b.restrict(np.empty(0, np.uint64))) == 0
 
 
-def test_runs_the_operator_refuses_are_skipped_and_counted():
+def test_runs_the_operator_refuses_are_skipped_counted_and_never_called_sound():
+    """Half the perturbed runs raise (negative values): what ran found nothing, but the
+    mode is "not checked", never "sound"."""
     x = np.abs(np.random.default_rng(2).normal(size=(6, 6)))
     rep = subzero.check_lineage(RefusesNegative(), inputs=[x], samples=6)
     m = rep.mode("MAP")
-    assert rep.sound and m.failed_runs > 0 and "negative input" in m.failure
+    assert m.failed_runs > 0 and "negative input" in m.failure and not m.unsound
+    assert not m.checked and not rep.sound and m.verdict == "NOT CHECKED"
     assert all(c.influential == 1 for c in m.cells)  # the other values still move it
-    assert any("raised and were skipped" in line for line in rep.lines())
+    assert any("not checked" in line and "more than a tenth" in line for line in rep.lines())
+    assert rep.to_json()["modes"][0]["verdict"] == "NOT CHECKED"
+
+
+class LyingCleaner(UDF):
+    """Replaces the pixels its mask flags by the median of their 3 x 3 box, yet declares
+    itself elementwise: a lie only a flagged pixel (a rare value of the mask) shows."""
+
+    n_inputs = 2
+    parallelism = stencil(1)
+
+    def supported_modes(self):
+        return frozenset({Mode.MAP, Mode.BLACKBOX})
+
+    def output_dtype(self, dtypes):
+        return np.dtype("float64")
+
+    def run(self, ctx, x, mask):
+        from scipy import ndimage
+
+        med = ndimage.median_filter(x, size=3, mode="nearest")
+        out = np.where(mask, med, x)
+        return out[ctx.chunk.interior(0)]
+
+    def map_b(self, f, i):
+        return f.copy()
+
+    def map_f(self, f, i):
+        return f.copy()
+
+
+def test_a_lie_triggered_by_a_rare_input_value_is_found_with_the_defaults():
+    rng = np.random.default_rng(11)
+    image = rng.normal(100.0, 5.0, size=(60, 40))
+    mask = np.zeros(image.shape, dtype=bool)
+    mask.reshape(-1)[rng.choice(mask.size, 19, replace=False)] = True  # 0.8%
+    rep = subzero.check_lineage(LyingCleaner(), inputs=[image, mask])
+    m = rep.mode("MAP")
+    assert not rep.sound and m.unsound
+    assert all(mask[c.cell] for c in m.unsound)  # the flagged pixels are the lies
+    assert any(c.why == "rare input" for c in m.unsound)
 
 
 def test_an_operator_failing_on_its_own_inputs_is_named(capsys, tmp_path):

@@ -6,7 +6,8 @@ records it, on the run's own input arrays by default. A run's operator whose cod
 since the run is refused unless ``--allow-changed-code``.
 
 Exit status: 0 when every checked mode is sound, 1 when some sampled output cell changed
-although only input cells outside its declared lineage were changed, 2 on bad input (an
+although only input cells outside its declared lineage were changed, or when a mode could
+not be checked (more than a tenth of its runs on changed inputs raised), 2 on bad input (an
 unknown operator, a class that is not an operator, unreadable inputs...).
 """
 
@@ -107,7 +108,8 @@ def summary_rows(rep: LineageCheck) -> list[list[Any]]:
     rows = []
     for m in rep.modes:
         w = m.widest
-        rows.append([m.mode.value, "yes" if m.sound else "NO", len(m.cells), len(m.unsound),
+        said = "yes" if m.sound else "not checked" if m.verdict == "NOT CHECKED" else "NO"
+        rows.append([m.mode.value, said, len(m.cells), len(m.unsound),
                      m.disagreements, m.declared, m.influential, _fmt(m.tightness),
                      "" if w is None else f"{w.declared}/{w.influential}"])
     return rows
