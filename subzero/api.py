@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -289,7 +289,9 @@ def optimized_plan(wf: Workflow, home: Any, max_disk: int | None = None
 def check_lineage(operator: Any, inputs: Sequence[Any] | None = None, samples: int = 24,
                   seed: int = 0, params: Mapping[str, Any] | None = None,
                   modes: Sequence[str] | None = None, shape: Sequence[int] | None = None,
-                  split: Any = 2, rtol: float = 0.0, cells: Any = None) -> LineageCheck:
+                  split: Any = 2, rtol: float = 0.0, cells: Any = None,
+                  budget_s: float | None = None,
+                  progress: Callable[[str], None] | None = None) -> LineageCheck:
     """Is an operator's declared lineage right? Checks it by perturbation on the driver
     (no Spark): see :mod:`subzero.lineagecheck` for what is sampled and measured.
 
@@ -297,7 +299,8 @@ def check_lineage(operator: Any, inputs: Sequence[Any] | None = None, samples: i
     ``"CosmicRayDetect"``), ``"module:Class"``, an operator class or an instance; ``params``
     its constructor's keyword arguments; ``inputs`` numpy arrays (default: the operator's
     own kind of data, or ``shape`` random floats per input, from ``seed``); ``cells`` output
-    cells to check instead of sampled ones.
+    cells to check instead of sampled ones; ``budget_s`` a time budget in seconds for the
+    whole check (each mode says what it cut); ``progress`` hears how far it is.
 
     >>> rep = subzero.check_lineage("CosmicRayDetect", samples=16)     # doctest: +SKIP
     >>> rep.sound, rep.mode("COMP").tightness                          # doctest: +SKIP
@@ -313,7 +316,8 @@ def check_lineage(operator: Any, inputs: Sequence[Any] | None = None, samples: i
             arrays = [np.asarray(a) for a in inputs]
         bound = bind(op, *arrays, name=name)
         return check_operator(bound, arrays, samples=samples, seed=seed, modes=modes,
-                              split=split, rtol=rtol, cells=cells)
+                              split=split, rtol=rtol, cells=cells, budget_s=budget_s,
+                              progress=progress)
     except MemoryError as e:  # parameters asking for more than the machine has
         raise SubZeroError(_out_of_memory(name, op, params, arrays, e)) from None
 

@@ -35,6 +35,7 @@ put the two together.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -63,6 +64,30 @@ class CheckError(SubZeroError):
 MAX_SKIPPED = 0.1
 #: the share of an input's cells taken as its extreme values (each tail), for sampling
 EXTREME_QUANTILE = 0.005
+
+#: at most one progress line this often
+PROGRESS_EVERY_S = 2.0
+
+
+class _Clock:
+    """The check's time budget (None: none) and its progress lines (``progress(line)``,
+    at most every :data:`PROGRESS_EVERY_S`)."""
+
+    def __init__(self, budget_s: float | None,
+                 progress: Callable[[str], None] | None) -> None:
+        self.t0 = self.last = time.monotonic()
+        self.deadline = None if budget_s is None else self.t0 + float(budget_s)
+        self.progress = progress
+
+    def over(self) -> bool:
+        return self.deadline is not None and time.monotonic() > self.deadline
+
+    def say(self, text: str) -> None:
+        now = time.monotonic()
+        if self.progress is not None and now - self.last >= PROGRESS_EVERY_S:
+            self.last = now
+            self.progress(f"{text} ({now - self.t0:.0f} s)")
+
 
 # ---------------------------------------------------------------------------------------
 # reports
@@ -104,6 +129,8 @@ class ModeCheck:
     #: runs on changed inputs that raised (skipped), and the first error
     failed_runs: int = 0
     failure: str | None = None
+    #: what the time budget cut short, one phrase per phase ("soundness: 10 of 24 cells")
+    cut: list[str] = field(default_factory=list)
 
     @property
     def unsound(self) -> list[CellCheck]:
@@ -167,7 +194,7 @@ class ModeCheck:
             "tightness": self.tightness, "worst": self.worst,
             "widest": None if w is None else w.to_json(),
             "runs": self.runs, "influence_tried": round(self.influence_tried, 4),
-            "failed_runs": self.failed_runs, "failure": self.failure,
+            "failed_runs": self.failed_runs, "failure": self.failure, "cut": self.cut,
             "cells": [c.to_json() for c in self.cells],
         }
 
@@ -225,6 +252,8 @@ class LineageCheck:
                            f"{ex.get('summary', 'cells outside its lineage')}")
             if m.disagreement_example:
                 out.append(f"    disagreement: {m.disagreement_example['summary']}")
+            if m.cut:
+                out.append(f"    cut by the time budget: {'; '.join(m.cut)} (--budget)")
             if m.failed_runs and not m.checked:
                 out.append(f"    not checked: {m.failed_runs} of {m.runs} runs on changed "
                            f"inputs raised and were skipped, more than a tenth "
@@ -661,7 +690,7 @@ def _plain(v: Any) -> Any:
 
 def _check_mode(op: Any, runner: _Runner, lineage: _Lineage,
                 cells: list[tuple[tuple[int, ...], str]], seed: int, trials: int,
-                max_influence_runs: int) -> ModeCheck:
+                max_influence_runs: int, clock: _Clock | None = None) -> ModeCheck:
     rng = np.random.default_rng(seed)
     res = ModeCheck(lineage.mode)
     before, failed_before = runner.runs, runner.failed
@@ -671,7 +700,13 @@ def _check_mode(op: Any, runner: _Runner, lineage: _Lineage,
     lins = [int(np.ravel_multi_index(c, shape)) if shape else 0 for c, _ in cells]
     masks = [mask_from_linear(np.array([lin]), shape) for lin in lins]
     lineages = [[lineage.backward(m, i) for i in range(n_in)] for m in masks]
-    for (cell, why), lin, keep in zip(cells, lins, lineages):
+    clock = clock or _Clock(None, None)
+    for n, ((cell, why), lin, keep) in enumerate(zip(cells, lins, lineages)):
+        if clock.over():
+            res.cut.append(f"soundness: {n} of {len(cells)} cells checked")
+            lins, lineages = lins[:n], lineages[:n]
+            break
+        clock.say(f"{lineage.mode.value}: {n} of {len(cells)} cells checked for soundness")
         chk = CellCheck(cell, why, int(sum(int(k.sum()) for k in keep)))
         variants = [[perturb(a, k, rng) for a, k in zip(inputs, keep)] for _ in range(trials)]
         structured = [_structured(a, k) + [_drawn(a, k, rng)] for a, k in zip(inputs, keep)]
@@ -686,7 +721,7 @@ def _check_mode(op: Any, runner: _Runner, lineage: _Lineage,
                 break
         res.cells.append(chk)
     _agreement(op, lineage, res, lins, lineages, rng)
-    _influence(runner, res, lins, lineages, rng, max_influence_runs)
+    _influence(runner, res, lins, lineages, rng, max_influence_runs, clock)
     res.runs = runner.runs - before
     res.failed_runs = runner.failed - failed_before
     res.failure = runner.failure if res.failed_runs else None
@@ -731,7 +766,7 @@ def _agreement(op: Any, lineage: _Lineage, res: ModeCheck, lins: list[int],
 
 def _influence(runner: _Runner, res: ModeCheck, lins: list[int],
                lineages: list[list[np.ndarray]], rng: np.random.Generator,
-               max_runs: int) -> None:
+               max_runs: int, clock: _Clock | None = None) -> None:
     """Per sampled cell, how many of its declared input cells change it alone: each cell
     of the union of the declared lineages is changed alone (a few values), one run each,
     and every sampled output is compared at once. Beyond ``max_runs`` runs the union is
@@ -753,7 +788,12 @@ def _influence(runner: _Runner, res: ModeCheck, lins: list[int],
         todo = [todo[k] for k in idx]
     hits = np.zeros(len(lins), dtype=np.int64)
     vocab = [_vocabulary(a) for a in inputs]
-    for i, c in todo:
+    clock = clock or _Clock(None, None)
+    for n, (i, c) in enumerate(todo):
+        if clock.over():  # a partial count would understate it: tightness not measured
+            res.cut.append(f"tightness: {n} of {len(todo)} input cells tried, not measured")
+            return
+        clock.say(f"{res.mode.value}: {n} of {len(todo)} input cells tried for tightness")
         declared_by = np.array([bool(lg[i].reshape(-1)[c]) for lg in lineages])
         moved = np.zeros(len(lins), dtype=bool)
         for v in _single_values(inputs[i], c, rng, vocab[i]):
@@ -771,7 +811,9 @@ def _influence(runner: _Runner, res: ModeCheck, lins: list[int],
 def check_operator(op: Any, inputs: Sequence[np.ndarray], samples: int = 24, seed: int = 0,
                    modes: Sequence[Mode | str] | None = None, split: Any = 2,
                    trials: int = 2, rtol: float = 0.0,
-                   max_influence_runs: int = 2000, cells: Any = None) -> LineageCheck:
+                   max_influence_runs: int = 2000, cells: Any = None,
+                   budget_s: float | None = None,
+                   progress: Callable[[str], None] | None = None) -> LineageCheck:
     """Check a *bound* operator's declared lineage on ``inputs`` (see the module docstring).
 
     Parameters
@@ -789,6 +831,9 @@ def check_operator(op: Any, inputs: Sequence[np.ndarray], samples: int = 24, see
     max_influence_runs : a budget for the tightness measurement.
     cells : check these output cells (coordinates, in any form
         :func:`subzero.cells.as_linear` takes) instead of sampling.
+    budget_s : a time budget for the whole check (None: none). Once it is spent, each
+        phase stops where it is, and each mode says what was cut (:attr:`ModeCheck.cut`).
+    progress : hears a line now and then on how far the check is.
     """
     if samples < 1:
         raise CheckError(f"samples must be a positive integer. Got {samples!r}.")
@@ -820,6 +865,10 @@ def check_operator(op: Any, inputs: Sequence[np.ndarray], samples: int = 24, see
             raise CheckError("no cells to check were given")
         given = [(tuple(int(v) for v in np.unravel_index(int(x), op.out_shape)), "given")
                  for x in lin]
+    if budget_s is not None and not budget_s > 0:
+        raise CheckError(f"the time budget must be a positive number of seconds. "
+                         f"Got {budget_s!r}.")
+    clock = _Clock(budget_s, progress)
     runner = _Runner(op, inputs, split, rtol)
     report = LineageCheck(op.name, [tuple(s) for s in op.in_shapes], [], seed)
     rng = np.random.default_rng(seed)
@@ -837,7 +886,7 @@ def check_operator(op: Any, inputs: Sequence[np.ndarray], samples: int = 24, see
         covered = lineage.covered if mode in (Mode.PAY, Mode.COMP) else None
         cells = given or sample_cells(op, runner.base, samples, rng, split, covered, inputs)
         report.modes.append(_check_mode(op, runner, lineage, cells, seed + 101 * (k + 1),
-                                        trials, max_influence_runs))
+                                        trials, max_influence_runs, clock))
     return report
 
 

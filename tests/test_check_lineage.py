@@ -469,3 +469,54 @@ def test_every_builtin_and_shipped_udf_is_checked():
     found = _concrete_operators()
     assert {"MedianFilter", "CosmicRayDetect", "Validate"} <= found  # the scan works
     assert sorted(found - set(CHECKED)) == []
+
+
+class SlowIdentity(RefusesNegative):
+    """Elementwise and honest, but slow: every run takes a while."""
+
+    def run(self, ctx, x):
+        import time
+
+        time.sleep(0.02)
+        return np.sqrt(np.abs(x))
+
+
+def test_a_time_budget_bounds_every_phase_and_says_what_it_cut(monkeypatch):
+    from subzero import lineagecheck
+
+    monkeypatch.setattr(lineagecheck, "PROGRESS_EVERY_S", 0.0)  # every line, for the test
+    x = np.abs(np.random.default_rng(4).normal(size=(12, 12)))
+    lines: list[str] = []
+    rep = subzero.check_lineage(SlowIdentity(), inputs=[x], samples=24, budget_s=0.5,
+                                progress=lines.append)
+    m = rep.mode("MAP")
+    assert m.cut and m.cut[0].startswith("soundness: ") and len(m.cells) < 24
+    assert any("cut by the time budget: soundness" in line for line in rep.lines())
+    assert lines and all("cells checked for soundness" in ln for ln in lines)
+    whole = subzero.check_lineage(SlowIdentity(), inputs=[x], samples=4)
+    assert not whole.mode("MAP").cut and whole.sound
+
+
+def test_the_budget_is_a_time(capsys):
+    for bad in ("soon", "-5s", "0", "nanm"):
+        capsys.readouterr()
+        assert main(["check-lineage", "MedianFilter", "--budget", bad]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--budget" in err[0], err
+
+
+def test_a_budget_spent_before_tightness_leaves_it_unmeasured_and_says_so():
+    import time
+
+    from subzero import lineagecheck as lc
+
+    x = np.abs(np.random.default_rng(5).normal(size=(6, 6)))
+    op = bind(SlowIdentity(), x)
+    runner = lc._Runner(op, [x], 2, 0.0)
+    res = lc.ModeCheck(Mode.MAP, cells=[lc.CellCheck((1, 1), "random", 1)])
+    keep = [[op.map_b(lc.mask_from_linear(np.array([7]), (6, 6)), 0)]]
+    clock = lc._Clock(1e-6, None)
+    time.sleep(0.01)
+    lc._influence(runner, res, [7], keep, np.random.default_rng(0), 100, clock)
+    assert res.cut == ["tightness: 0 of 1 input cells tried, not measured"]
+    assert res.cells[0].influential is None and res.tightness is None

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from subzero.api import Home, check_lineage
+from subzero.api import Home, check_lineage, say
 from subzero.cells import parse_cells, parse_shape
 from subzero.cli.common import (CliError, add_changed_code_flag, emit_json, load_npy,
                                 parse_assignments, table)
@@ -91,6 +91,29 @@ def _cells(text: str) -> list[tuple[int, ...]]:
     except CellError as e:
         raise CliError(f"--cells {text!r}: {e}; expected cells like \"3,4;10,2\"") from None
     return [tuple(c) for c in cells.tolist()]
+
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_budget(text: str) -> float | None:
+    """A ``--budget``: seconds from ``60``, ``60s``, ``5m`` or ``1h``; None for ``none``.
+
+    >>> parse_budget("90s"), parse_budget("2m"), parse_budget("none")
+    (90.0, 120.0, None)
+    """
+    t = str(text).strip().lower()
+    if t in ("none", "off"):
+        return None
+    unit = _UNITS.get(t[-1:], None)
+    number = t[:-1] if unit is not None else t
+    try:
+        value = float(number) * (unit or 1.0)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value <= 0:
+        raise CliError(f"--budget {text!r}: expected a time like 60s, 5m or 1h, or none")
+    return value
 
 
 def _tolerance(value: float) -> float:
@@ -167,7 +190,8 @@ def cmd_check(args: argparse.Namespace) -> int:
                         seed=args.seed, params=params or None, modes=args.mode or None,
                         shape=shape, split=_positive("--chunks", args.chunks),
                         rtol=_tolerance(args.rtol),
-                        cells=None if cells is None else _cells(cells))
+                        cells=None if cells is None else _cells(cells),
+                        budget_s=parse_budget(args.budget), progress=say)
     if args.json:
         emit_json(dict(rep.to_json(), **({"warnings": warnings} if warnings else {})))
     else:
@@ -216,5 +240,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="run the operator as N chunks per axis (2)")
     s.add_argument("--rtol", type=float, default=0.0,
                    help="relative tolerance for float outputs (0: bit for bit)")
+    s.add_argument("--budget", default="60s", metavar="TIME",
+                   help="time for the whole check: 60s (default), 5m, 1h, or none; each "
+                   "phase stops once it is spent and the report says what was cut")
     add_changed_code_flag(s)
     s.set_defaults(func=cmd_check)
