@@ -53,14 +53,16 @@ def shared_data():
     return SHARED_DATA
 
 
-def run_cli(*args: str, env: dict | None = None, timeout: float = 600):
-    """Run the CLI in a subprocess; returns CompletedProcess (text)."""
+def run_cli(*args: str, env: dict | None = None, timeout: float = 600, cwd=None):
+    """Run the CLI in a subprocess (in folder ``cwd``, the project on its ``PYTHONPATH``
+    so that test-only modules import from anywhere); returns CompletedProcess (text)."""
     import subprocess
 
     e = dict(os.environ)
+    e["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), e.get("PYTHONPATH")]))
     e.update(env or {})
     return subprocess.run([sys.executable, "-m", "subzero.cli", *args], capture_output=True,
-                          text=True, env=e, timeout=timeout)
+                          text=True, env=e, timeout=timeout, cwd=cwd)
 
 
 def assert_same_runs(home, a: str, b: str, wf) -> None:

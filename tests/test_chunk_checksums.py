@@ -6,21 +6,17 @@ lineage instead of re-executing through the damaged chunk."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from subzero.engine import arrays, layout
-from tests.conftest import ROOT
+from tests.conftest import run_cli
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "subzero.cli", *args], capture_output=True,
-                          text=True, env=env, timeout=600)
+    return run_cli(*args)
 
 
 @pytest.fixture

@@ -10,19 +10,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from subzero.engine.diskfull import is_disk_full
-from tests.conftest import ROOT
+from tests.conftest import run_cli
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "subzero.cli", *args], capture_output=True,
-                          text=True, env=env, timeout=600)
+    return run_cli(*args)
 
 
 @pytest.fixture
