@@ -11,6 +11,10 @@ parallelization, mapping functions, supported lineage modes). Families:
 - :mod:`operators.reductions`: :class:`Reduce`, :class:`MeanBroadcast`;
 - :mod:`operators.stencils`: :class:`Convolve`, :class:`MedianFilter`;
 - :mod:`operators.linalg`: :class:`MatMul`.
+
+:mod:`operators.udf` turns a user's numpy function into an operator with one decorator
+(elementwise, stencil, rows or columns, whole array, black box, or data-dependent lineage
+recorded per chunk).
 """
 
 from operators.base import (

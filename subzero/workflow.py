@@ -185,8 +185,12 @@ class Workflow:
         return name
 
     def add(self, name: str, op: Any, *inputs: str) -> str:
-        """Add operator ``op`` named ``name`` reading the named arrays, in input order."""
+        """Add operator ``op`` named ``name`` reading the named arrays, in input order.
+        ``op`` is an operator, or an operator class made with its defaults (a function
+        decorated with :mod:`operators.udf`)."""
         self._check_new(name)
+        if isinstance(op, type) and issubclass(op, Operator):
+            op = op()  # an operator class taking no parameters (a decorated function)
         if not isinstance(op, Operator):
             raise WorkflowError(
                 f"operator {name!r} must be an operators.Operator instance. Got {op!r}."
