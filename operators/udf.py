@@ -997,6 +997,34 @@ class _Cells(_Decorated, UDF):
         hi = np.minimum(c + off[:, 1], shape)
         return _expand_boxes(lo, hi, tuple(shape.tolist())).values
 
+    def map_p_rows_hits(self, outcells: np.ndarray, payloads: np.ndarray, i: int,
+                        frontier_in: np.ndarray) -> np.ndarray | None:
+        """Which rows' relative boxes meet ``frontier_in``: box sums of the frontier's
+        summed-area table (one lookup per box corner), so a forward query tests every
+        payload at once; None for other payloads."""
+        nd = len(self.out_shape)
+        if payloads.shape[1] != 2 + 8 * nd or not (payloads[:, 0] == _REL).all():
+            return None
+        tags = payloads[:, 1]
+        keep = (tags == _ALL) | (tags == i)
+        off = np.ascontiguousarray(payloads[keep, 2:]).view("<i4").reshape(-1, 2, nd)
+        c = np.asarray(outcells, dtype=np.int64)[keep]
+        shape = np.asarray(self.in_shapes[i])
+        lo = np.clip(c + off[:, 0], 0, shape)
+        hi = np.clip(c + off[:, 1], 0, shape)
+        table = np.zeros(tuple(shape + 1), dtype=np.int64)
+        table[(slice(1, None),) * nd] = np.asarray(frontier_in, dtype=np.int64)
+        for axis in range(nd):
+            np.cumsum(table, axis=axis, out=table)
+        total = np.zeros(len(c), dtype=np.int64)
+        for corner in range(1 << nd):  # inclusion-exclusion over the box's corners
+            pick = [(corner >> d) & 1 for d in range(nd)]
+            at = tuple(np.where(pick[d], lo[:, d], hi[:, d]) for d in range(nd))
+            total += (-1) ** sum(pick) * table[at]
+        hits = np.zeros(len(payloads), dtype=bool)
+        hits[keep] = total > 0
+        return hits
+
 
 def cells(default: Any = "elementwise", *, halo: Any = 0, shape: Any = None,
           dtype: Any = None) -> Callable[[Callable[..., Any]], type]:
