@@ -2,6 +2,7 @@
 """The lineage checker's table: is every built-in and shipped UDF sound, and how tight?
 
     python benchmarks/bench_check_lineage.py [--quick] [--queries] [--out FILE.json]
+    python benchmarks/bench_check_lineage.py --lies-only --out FILE.json
 
 1. **Every built-in and shipped UDF** (``workflows.checkable.CHECKED``) through
    ``subzero.check_lineage`` on its default inputs (seed 0): per lineage mode, sound or not,
@@ -17,10 +18,18 @@
    through ``cr`` in a ``subzero`` run: BQ0/BQ2 (backward through ``cr1``/``cr2``), every
    flagged pixel of ``cr1`` one step back, and a 200 x 200 box of ``rmbg1`` forward to
    ``cr1``: cells and the fastest of 15 warm calls (the machine is shared).
+4. **Deliberately wrong UDFs** (:mod:`workflows.lies`): the checker with its default
+   options (as ``subzero check-lineage workflows.lies:NAME``: 24 samples, seed 0, a 60 s
+   budget, each class's ``example_inputs``) on every lie and honest control: the kind of
+   lie, the verdict, whether it was found (a lie unsound, a control sound), the samplers
+   whose cells were unsound, the time, the perturbed runs and those skipped (raised).
+   ``--lies-only`` runs this section alone and writes it into the ``--out`` file, keeping
+   the file's other sections.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import statistics
 import sys
@@ -29,7 +38,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import emit, parser  # noqa: E402
+from _common import emit, machine, parser  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -40,6 +49,7 @@ from workflows.astro_data import (EXPOSURE_FILES, SKY, data_dir, load_exposure, 
                                   subtract_background)
 from workflows.astro_udfs import (CR_RADIUS, SP_RADIUS, CosmicRayDetect, cr_cell_masks,  # noqa
                                   cr_lineage, cr_paths, lacosmic)
+from workflows import lies  # noqa: E402
 from workflows.checkable import CHECKED  # noqa: E402
 
 
@@ -197,16 +207,57 @@ def bench_queries() -> dict | None:
         shutil.rmtree(home, ignore_errors=True)
 
 
+def bench_lies(budget_s: float = 60.0) -> list[dict]:
+    """Every lie and control of :mod:`workflows.lies` through the checker's defaults."""
+    rows = []
+    for name, kind, honest in ([(n, k, False) for n, k in lies.LIES.items()]
+                               + [(n, k, True) for n, k in lies.CONTROLS.items()]):
+        cls = getattr(lies, name)
+        t = time.perf_counter()
+        rep = subzero.check_lineage(f"workflows.lies:{name}", inputs=cls.example_inputs(0),
+                                    budget_s=budget_s)
+        elapsed = time.perf_counter() - t
+        found = rep.sound if honest else not rep.sound
+        rows.append({
+            "udf": name, "kind": kind, "honest": honest,
+            "verdict": rep.verdict().split(":")[0], "found": found,
+            "modes": [m.mode.value for m in rep.modes],
+            "unsound_cells": sum(len(m.unsound) for m in rep.modes),
+            "cells": sum(len(m.cells) for m in rep.modes),
+            "found_by": sorted({c.why for m in rep.modes for c in m.unsound}),
+            "seconds": round(elapsed, 2),
+            "perturbed_runs": sum(m.runs for m in rep.modes),
+            "skipped": sum(m.failed_runs for m in rep.modes),
+            "cut": [c for m in rep.modes for c in m.cut]})
+        print(f"lie {name}: {rows[-1]['verdict']} ({'found' if found else 'MISSED'}) in "
+              f"{elapsed:.1f} s", file=sys.stderr)
+    return rows
+
+
 def main() -> None:
     p = parser(__doc__.splitlines()[1])
     p.add_argument("--queries", action="store_true",
                    help="also time queries through cr on a real run (starts Spark)")
+    p.add_argument("--lies-only", action="store_true",
+                   help="run only the deliberately wrong UDFs and write them into the --out "
+                        "file under 'lies', keeping its other sections")
     args = p.parse_args()
+    if args.lies_only:
+        old = Path(args.out) if args.out else None
+        doc = json.loads(old.read_text()) if old is not None and old.exists() else {
+            "benchmark": "check_lineage"}
+        doc["lies"] = bench_lies()
+        doc["lies_command"] = ("python benchmarks/bench_check_lineage.py --lies-only --out "
+                               "benchmarks/results/check_lineage.json")
+        doc["lies_machine"] = machine()
+        emit(doc, args.out)
+        return
     doc: dict = {"benchmark": "check_lineage", "quick": args.quick,
                  "command": "python benchmarks/bench_check_lineage.py --queries --out "
                             "benchmarks/results/check_lineage.json"}
     doc["table"] = bench_table(12 if args.quick else 24)
     doc["real_cosmic_rays"] = bench_real(3 if args.quick else 8)
+    doc["lies"] = bench_lies()
     if args.queries:
         doc["queries"] = bench_queries()
         # the same section at 825969d (the 13 x 13 box for every candidate), for comparison

@@ -5,8 +5,10 @@ the executor slices blocks (:func:`subzero.testing.run_chunked`; no Spark, no st
 for every lineage mode the operator supports (``MAP``, ``FULL``, ``PAY``, ``COMP``):
 
 1. samples output cells: the array's corners and edges, cells on both sides of chunk
-   borders, cells whose value is rare in the output (a flagged pixel, a star), cells that
-   carry a payload, and random ones;
+   borders, cells whose value is rare in the output (a flagged pixel, a star) or in an
+   input (a rare mask value, an extreme pixel), cells whose declared lineage has an unusual
+   size for the operator (a few cells declared wider, or narrower, than the rest), cells
+   that carry a payload, and random ones;
 2. **soundness**: for each sampled cell, changes *every* input cell outside its declared
    backward lineage (random changes as :func:`subzero.testing.perturb` makes them, and
    structured ones: everything outside set to a low or a high constant, or shifted), re-runs
@@ -19,6 +21,12 @@ for every lineage mode the operator supports (``MAP``, ``FULL``, ``PAY``, ``COMP
 4. **tightness**: per sampled cell, the declared cells against the *influential* ones: the
    input cells whose change alone (a few values each) changes the output. Only cells inside
    the declared lineage are tried (outside it, soundness says nothing changes).
+
+:func:`check_on_crops` checks an operator of a stored run the same way, on crops of the
+run's own arrays around cells sampled from them (each crop the cell's declared lineage
+and halo plus a margin, the operator re-bound to the crop's shapes), so that a run's
+large arrays are never run whole; an operator that cannot be cropped (a global one) is
+checked on the whole arrays when they are small enough, and the report says so.
 
 The declared lineage is read the way queries read it: mapping functions for ``MAP`` (and
 the ``COMP`` default), region pairs for ``FULL``, ``map_p`` of stored payloads for ``PAY``
@@ -41,8 +49,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from subzero.cells import as_linear
-from subzero.chunking import Chunking, task_grid
+from subzero.cells import Box, as_linear, to_coords
+from subzero.chunking import Chunking, chunk_grid, task_grid
 from subzero.errors import SubZeroError
 from subzero.frontier import Frontier, mask_from_linear
 from subzero.lineage import PairBatch, payload_lineage
@@ -67,6 +75,20 @@ EXTREME_QUANTILE = 0.005
 
 #: at most one progress line this often
 PROGRESS_EVERY_S = 2.0
+
+#: the most cells of the largest array of a run's operator checked on whole arrays (a
+#: global operator, or a cell whose crop would be the whole array)
+WHOLE_MAX_CELLS = 1 << 20
+#: the most cells of a run's output (and of each input) read whole for rare values;
+#: larger arrays are read in a random set of their chunks up to this many cells
+SCAN_MAX_CELLS = 1 << 24
+#: the smallest margin (cells per axis) around a crop's declared lineage and halo
+CROP_MARGIN = 2
+
+#: output cells whose declared lineage size is computed, per mode, to find unusual sizes
+SIZE_SAMPLE = 2048
+#: the share of the time budget left that sizing declared lineages may take, per mode
+SIZE_SHARE = 0.1
 
 
 class _Clock:
@@ -99,7 +121,9 @@ class CellCheck:
     """One sampled output cell in one mode."""
 
     cell: tuple[int, ...]
-    why: str  # how it was sampled: corner, edge, border, rare, payload, random, given
+    #: how it was sampled: corner, edge, border, rare, rare input, unusual lineage size,
+    #: payload, random, given
+    why: str
     declared: int  # input cells in its declared backward lineage (all inputs)
     influential: int | None = None  # input cells whose change alone changes it
     unsound: bool = False
@@ -202,16 +226,21 @@ class ModeCheck:
 @dataclass
 class LineageCheck:
     """What :func:`check_operator` found, per mode. ``sound`` is False when any sampled
-    cell of any mode changed although only cells outside its lineage were changed."""
+    cell of any mode changed although only cells outside its lineage were changed, or when
+    the operator could not be checked at all (``not_checked``)."""
 
     operator: str
     in_shapes: list[tuple[int, ...]]
     modes: list[ModeCheck]
     seed: int
+    #: how the check was made, one line each ("checked on crops of 9x9 cells ...")
+    notes: list[str] = field(default_factory=list)
+    #: why nothing was checked (one line), or None
+    not_checked: str | None = None
 
     @property
     def sound(self) -> bool:
-        return all(m.sound for m in self.modes)
+        return self.not_checked is None and all(m.sound for m in self.modes)
 
     @property
     def agrees(self) -> bool:
@@ -227,13 +256,43 @@ class LineageCheck:
     def to_json(self) -> dict[str, Any]:
         return {"operator": self.operator, "inputs": [list(s) for s in self.in_shapes],
                 "seed": self.seed, "sound": self.sound, "agrees": self.agrees,
-                "modes": [m.to_json() for m in self.modes]}
+                "notes": self.notes, "not_checked": self.not_checked,
+                "verdict": self.verdict(), "modes": [m.to_json() for m in self.modes]}
+
+    def verdict(self, most: int = 4) -> str:
+        """The check in one line: ``sound``, ``NOT CHECKED`` and why, or ``UNSOUND`` and
+        the unsound cells of each mode (the first ``most``, how each was sampled).
+
+        >>> LineageCheck("op", [(4, 4)], [], 0, not_checked="too large").verdict()
+        'NOT CHECKED: too large'
+        """
+        if self.not_checked is not None:
+            return f"NOT CHECKED: {self.not_checked}"
+        bad = [m for m in self.modes if m.unsound]
+        if bad:
+            parts = []
+            for m in bad:
+                cells = ", ".join(f"{list(c.cell)} ({c.why})" for c in m.unsound[:most])
+                more = f" and {len(m.unsound) - most} more" if len(m.unsound) > most else ""
+                parts.append(f"{m.mode.value} {len(m.unsound)} of {len(m.cells)} cells: "
+                             f"{cells}{more}")
+            return "UNSOUND: " + "; ".join(parts)
+        unchecked = [m.mode.value for m in self.modes if not m.checked]
+        if unchecked:
+            return f"NOT CHECKED: mode {', '.join(unchecked)} (too many runs raised)"
+        if not self.modes:
+            return "sound: no lineage mode to check"
+        return (f"sound: {sum(len(m.cells) for m in self.modes)} sampled cells of "
+                f"{', '.join(m.mode.value for m in self.modes)}")
 
     def lines(self) -> list[str]:
         """A human-readable report, one line per mode plus the unsound examples."""
         shapes = ", ".join("x".join(map(str, s)) or "scalar" for s in self.in_shapes)
         out = [f"{self.operator} on {shapes} (seed {self.seed})"]
-        if not self.modes:
+        out += [f"  {n}" for n in self.notes]
+        if self.not_checked is not None:
+            out.append(f"  not checked: {self.not_checked}")
+        elif not self.modes:
             out.append("  no lineage mode to check (BLACKBOX only: queries re-execute it)")
         for m in self.modes:
             t = "n/a" if m.tightness is None else f"{m.tightness:.2f}x"
@@ -388,10 +447,12 @@ def _edge_cells(shape: tuple[int, ...]) -> list[tuple[tuple[int, ...], str]]:
     return out
 
 
-def _border_cells(op: Any, split: Any, rng: np.random.Generator
-                  ) -> list[tuple[tuple[int, ...], str]]:
+def _border_cells(op: Any, split: Any, rng: np.random.Generator,
+                  chunks: Sequence[int] | None = None) -> list[tuple[tuple[int, ...], str]]:
+    """Cells on both sides of the borders of the chunk grid ``split`` makes (or of chunks
+    of shape ``chunks``: a run's own grid)."""
     shape = op.out_shape
-    cshape = Chunking(split=split).chunk_shape(shape)
+    cshape = tuple(chunks) if chunks is not None else Chunking(split=split).chunk_shape(shape)
     out = []
     for _, box in task_grid(op, cshape):
         for d in range(len(shape)):
@@ -417,19 +478,22 @@ def _rare_cells(out: np.ndarray) -> np.ndarray:
     return np.flatnonzero(counts[inv.reshape(-1)] < counts.max())
 
 
-def _rare_input_cells(op: Any, inputs: Sequence[np.ndarray]) -> np.ndarray:
-    """Linear indices of output cells where an input shaped like the output takes a rare
-    value: an integer or boolean value rarer than its most common one (a flagged pixel of
-    a mask, a label), or a float in either extreme tail (:data:`EXTREME_QUANTILE`).
-    Operators that lie about lineage often do so only there (a cleaner that declares
-    itself elementwise but replaces flagged pixels by their neighbours' median)."""
-    shape = tuple(op.out_shape)
-    found = [np.empty(0, dtype=np.int64)]
+def _rare_input_cells(shape: Sequence[int], inputs: Sequence[np.ndarray]
+                      ) -> list[np.ndarray]:
+    """Per input shaped like the output (of ``shape``), linear indices of the cells where
+    it takes a rare value: an integer or boolean value rarer than its most common one (a
+    flagged pixel of a mask, a label), or a float in either extreme tail
+    (:data:`EXTREME_QUANTILE`). Operators that lie about lineage often do so only there (a
+    cleaner that declares itself elementwise but replaces flagged pixels by their
+    neighbours' median). Each input has its own list, so that an image's bright tail does
+    not crowd out a mask's few flags."""
+    shape = tuple(shape)
+    found = []
     for a in inputs:
         if tuple(a.shape) != shape or a.size == 0:
             continue
         if a.dtype.kind in "biu":
-            found.append(_rare_cells(a))
+            found.append(_rare_cells(a).astype(np.int64))
         elif a.dtype.kind == "f":
             flat = a.reshape(-1)
             finite = np.isfinite(flat)
@@ -437,15 +501,120 @@ def _rare_input_cells(op: Any, inputs: Sequence[np.ndarray]) -> np.ndarray:
                 continue
             lo, hi = np.quantile(flat[finite], [EXTREME_QUANTILE, 1 - EXTREME_QUANTILE])
             found.append(np.flatnonzero(finite & ((flat <= lo) | (flat >= hi))))
-    return np.unique(np.concatenate(found)).astype(np.int64)
+    return [f for f in found if len(f)]
 
 
-def sample_cells(op: Any, out: np.ndarray, samples: int, rng: np.random.Generator,
+def _interleave(parts: Sequence[np.ndarray], rng: np.random.Generator) -> np.ndarray:
+    """The cells of ``parts``, each part shuffled, taken one from each part in turn."""
+    parts = [rng.permutation(np.asarray(p, dtype=np.int64)) for p in parts if len(p)]
+    if not parts:
+        return np.empty(0, dtype=np.int64)
+    longest = max(len(p) for p in parts)
+    grid = np.full((longest, len(parts)), -1, dtype=np.int64)
+    for k, p in enumerate(parts):
+        grid[:len(p), k] = p
+    flat = grid.reshape(-1)
+    return flat[flat >= 0]
+
+
+def _declared_sizes(lineage: _Lineage, lins: np.ndarray, deadline: float | None
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """The declared backward lineage size (input cells, summed over the inputs) of output
+    cells ``lins``: the cells sized (fewer than asked once ``deadline`` has passed) and
+    their sizes.
+
+    ``FULL`` reads every cell's size off the region pairs at once (a cell in several pairs
+    counts each pair's cells: an upper bound); ``MAP`` asks ``map_b_lin`` when the operator
+    has it, else ``map_b`` of the one cell; ``PAY`` and ``COMP`` ask the payload lineage
+    of the one cell."""
+    op, shape = lineage.op, tuple(lineage.op.out_shape)
+    n_in = len(op.in_shapes)
+    if lineage.mode is Mode.FULL:
+        sizes = np.zeros(int(np.prod(shape)), dtype=np.int64)
+        full = lineage.full
+        if full is not None and len(full):
+            per_pair = np.zeros(len(full), dtype=np.int64)
+            for side in full.ins or ():
+                per_pair += side.lengths
+            np.add.at(sizes, full.out.values.astype(np.intp), per_pair[full.out.row_ids()])
+        return lins, sizes[lins]
+    got: list[int] = []
+    for lin in lins:
+        if deadline is not None and time.monotonic() > deadline:
+            break
+        total = 0
+        for i in range(n_in):
+            cells = None
+            if lineage.mode is Mode.MAP:
+                cells = op.map_b_lin(np.array([lin], dtype=np.uint64), i)
+            if cells is not None:
+                total += len(np.unique(np.asarray(cells)))
+            else:
+                total += int(np.count_nonzero(
+                    lineage.backward(mask_from_linear(np.array([lin]), shape), i)))
+        got.append(total)
+    return lins[:len(got)], np.array(got, dtype=np.int64)
+
+
+def _unusual_sizes(lineage: _Lineage, rng: np.random.Generator, clock: _Clock,
+                   covered: np.ndarray | None = None) -> np.ndarray:
+    """Output cells whose declared lineage has an unusual size for the operator, most
+    unusual first (linear indices; none when every size is the same).
+
+    The sizes of a cheap sample of cells are computed (every cell of a small output, else
+    :data:`SIZE_SAMPLE` random ones and the payload cells among them; for at most
+    :data:`SIZE_SHARE` of what is left of the time budget). Every cell whose size is not
+    the most common one is unusual: the rarer its size, and then the farther from the
+    median, the more unusual. Lies where most cells are declared one way and a few
+    another (a handful of cells declaring a wide box that is still too small, or a
+    single cell) show there."""
+    shape = tuple(lineage.op.out_shape)
+    size = int(np.prod(shape)) if shape else 0
+    if size < 2:
+        return np.empty(0, dtype=np.int64)
+    if size <= SIZE_SAMPLE:
+        cand = np.arange(size, dtype=np.int64)
+    else:
+        cand = rng.choice(size, SIZE_SAMPLE, replace=False).astype(np.int64)
+        if covered is not None:
+            pays = np.flatnonzero(covered)
+            if len(pays) > SIZE_SAMPLE // 2:
+                pays = rng.choice(pays, SIZE_SAMPLE // 2, replace=False)
+            cand = np.unique(np.concatenate([pays.astype(np.int64), cand]))[:SIZE_SAMPLE]
+    deadline = None
+    if clock.deadline is not None:
+        deadline = time.monotonic() + SIZE_SHARE * max(0.0, clock.deadline - time.monotonic())
+    clock.say(f"{lineage.mode.value}: sizing the declared lineage of {len(cand)} cells")
+    lins, sizes = _declared_sizes(lineage, cand, deadline)
+    if len(sizes) < 2:
+        return np.empty(0, dtype=np.int64)
+    vals, inv, counts = np.unique(sizes, return_inverse=True, return_counts=True)
+    if len(vals) < 2:
+        return np.empty(0, dtype=np.int64)
+    inv = inv.reshape(-1)
+    common = vals[np.argmax(counts)]
+    far = np.abs(np.log1p(sizes.astype(np.float64)) - np.log1p(float(np.median(sizes))))
+    order = np.lexsort((rng.random(len(sizes)), -far, counts[inv]))
+    order = order[sizes[order] != common]
+    return lins[order]
+
+
+def sample_cells(op: Any, out: np.ndarray | None, samples: int, rng: np.random.Generator,
                  split: Any = 2, covered: np.ndarray | None = None,
-                 inputs: Sequence[np.ndarray] = ()) -> list[tuple[tuple[int, ...], str]]:
+                 inputs: Sequence[np.ndarray] = (), unusual: np.ndarray | None = None,
+                 rare: dict[str, np.ndarray] | None = None,
+                 chunks: Sequence[int] | None = None) -> list[tuple[tuple[int, ...], str]]:
     """Up to ``samples`` distinct output cells: corners and edges, chunk borders, rare
-    values of the output, rare values of the inputs (:func:`_rare_input_cells`), payload
-    cells, random (in that order of priority, each kind a share)."""
+    values of the output, rare values of the inputs (:func:`_rare_input_cells`), cells of
+    an unusual declared lineage size (``unusual``, most unusual first:
+    :func:`_unusual_sizes`), payload cells, random (in that order of priority, each kind a
+    share).
+
+    ``rare`` gives the rare-value cells already found (linear indices under the key
+    ``"rare"``, and a list of them, one per input, under ``"rare input"``) instead of
+    searching ``out`` and ``inputs``;
+    ``chunks`` the chunk shape whose borders are sampled instead of ``split``'s.
+    """
     shape = tuple(op.out_shape)
     size = int(np.prod(shape))
     picked: dict[int, str] = {}
@@ -464,14 +633,22 @@ def sample_cells(op: Any, out: np.ndarray, samples: int, rng: np.random.Generato
         lin = rng.choice(lin, size=min(k, len(lin)), replace=False)
         return [(tuple(int(v) for v in np.unravel_index(int(x), shape)), why) for x in lin]
 
+    def in_order(lin: np.ndarray, why: str) -> list[tuple[tuple[int, ...], str]]:
+        return [(tuple(int(v) for v in np.unravel_index(int(x), shape)), why) for x in lin]
+
     share = max(1, samples // 6)
     edges = _edge_cells(shape) if shape else [((), "corner")]
     take([edges[k] for k in rng.permutation(len(edges))], share)
-    borders = _border_cells(op, split, rng) if shape else []
+    borders = _border_cells(op, split, rng, chunks) if shape else []
     take([borders[k] for k in rng.permutation(len(borders))], share)
-    take(from_lin(_rare_cells(out), "rare", share), share)
+    if rare is None:
+        rare = {"rare": _rare_cells(out) if out is not None else np.empty(0, np.int64),
+                "rare input": _rare_input_cells(shape, inputs) if shape else []}
+    take(from_lin(np.asarray(rare.get("rare", ()), dtype=np.int64), "rare", share), share)
     if shape:
-        take(from_lin(_rare_input_cells(op, inputs), "rare input", share), share)
+        take(in_order(_interleave(rare.get("rare input", []), rng), "rare input"), share)
+    if unusual is not None and shape:
+        take(in_order(unusual, "unusual lineage size"), share)
     if covered is not None:
         take(from_lin(np.flatnonzero(covered), "payload", share), share)
     take(from_lin(np.arange(size), "random", samples), samples)
@@ -671,13 +848,19 @@ def _example(runner: _Runner, variant: Sequence[np.ndarray], cell: tuple[int, ..
         shown.append({"input": i, "cell": coord,
                       "old": _plain(runner.inputs[i].reshape(-1)[c]),
                       "new": _plain(variant[i].reshape(-1)[c])})
+    ex = {"cells": shown, "n_cells": n, "before": _plain(before), "after": _plain(after)}
+    return dict(ex, summary=_example_summary(ex))
+
+
+def _example_summary(ex: dict[str, Any]) -> str:
+    """One phrase for an unsound example: the changed cells (three at most) and the output
+    before and after."""
+    n, shown = ex["n_cells"], ex["cells"]
     where = "; ".join(f"input {s['input']} {s['cell']} {s['old']!r} -> {s['new']!r}"
                       for s in shown[:3])
     more = f" and {n - 3} more" if n > 3 else ""
-    summary = (f"{n} input cell(s) outside its lineage ({where}{more}) changes the "
-               f"output {_plain(before)!r} -> {_plain(after)!r}")
-    return {"cells": shown, "n_cells": n, "before": _plain(before),
-            "after": _plain(after), "summary": summary}
+    return (f"{n} input cell(s) outside its lineage ({where}{more}) changes the "
+            f"output {ex['before']!r} -> {ex['after']!r}")
 
 
 def _plain(v: Any) -> Any:
@@ -754,14 +937,16 @@ def _agreement(op: Any, lineage: _Lineage, res: ModeCheck, lins: list[int],
                     if res.disagreement_example is None:
                         oc = [int(v) for v in np.unravel_index(int(o), op.out_shape)]
                         ic = [int(v) for v in np.unravel_index(int(c), shape)]
-                        said = ("in the backward lineage of output {o} but its forward "
-                                "lineage misses {o}" if b else
-                                "not in the backward lineage of output {o} but its forward "
-                                "lineage holds {o}")
-                        res.disagreement_example = {
-                            "output": oc, "input": i, "input_cell": ic, "backward": b,
-                            "forward": f,
-                            "summary": f"input {i} cell {ic} is " + said.format(o=oc)}
+                        ex = {"output": oc, "input": i, "input_cell": ic, "backward": b,
+                              "forward": f}
+                        res.disagreement_example = dict(ex, summary=_disagreement_summary(ex))
+
+
+def _disagreement_summary(ex: dict[str, Any]) -> str:
+    said = ("in the backward lineage of output {o} but its forward lineage misses {o}"
+            if ex["backward"] else
+            "not in the backward lineage of output {o} but its forward lineage holds {o}")
+    return f"input {ex['input']} cell {ex['input_cell']} is " + said.format(o=ex["output"])
 
 
 def _influence(runner: _Runner, res: ModeCheck, lins: list[int],
@@ -808,6 +993,49 @@ def _influence(runner: _Runner, res: ModeCheck, lins: list[int],
         chk.influential = int(round(h * scale))
 
 
+def _parse_samples(samples: int) -> int:
+    if samples < 1:
+        raise CheckError(f"samples must be a positive integer. Got {samples!r}.")
+    return samples
+
+
+def _parse_budget(budget_s: float | None) -> float | None:
+    if budget_s is not None and not budget_s > 0:
+        raise CheckError(f"the time budget must be a positive number of seconds. "
+                         f"Got {budget_s!r}.")
+    return budget_s
+
+
+def _wanted_modes(op: Any, modes: Sequence[Mode | str] | None) -> list[Mode]:
+    """The modes to check: ``modes`` (each one the operator supports), or every mode of
+    :data:`CHECKED_MODES` it supports."""
+    supported = op.supported_modes()
+    if modes is None:
+        return [m for m in CHECKED_MODES if m in supported]
+    want = []
+    for m in modes:
+        try:
+            mm = Mode(m) if isinstance(m, str) else m
+        except ValueError:
+            raise CheckError(f"unknown lineage mode {m!r} (expected one of "
+                             f"{', '.join(x.value for x in CHECKED_MODES)})") from None
+        if mm not in supported or mm not in CHECKED_MODES:
+            raise CheckError(f"operator {op.name!r} does not produce {mm.value} lineage "
+                             f"(it supports {', '.join(sorted(x.value for x in supported))})")
+        want.append(mm)
+    return want
+
+
+def _given_cells(cells: Any, shape: Sequence[int]) -> list[tuple[tuple[int, ...], str]] | None:
+    """Cells to check instead of sampled ones (sorted, unique), or None."""
+    if cells is None:
+        return None
+    lin = np.unique(as_linear(cells, shape, "cells to check"))
+    if len(lin) == 0:
+        raise CheckError("no cells to check were given")
+    return [(tuple(int(v) for v in np.unravel_index(int(x), shape)), "given") for x in lin]
+
+
 def check_operator(op: Any, inputs: Sequence[np.ndarray], samples: int = 24, seed: int = 0,
                    modes: Sequence[Mode | str] | None = None, split: Any = 2,
                    trials: int = 2, rtol: float = 0.0,
@@ -835,40 +1063,16 @@ def check_operator(op: Any, inputs: Sequence[np.ndarray], samples: int = 24, see
         phase stops where it is, and each mode says what was cut (:attr:`ModeCheck.cut`).
     progress : hears a line now and then on how far the check is.
     """
-    if samples < 1:
-        raise CheckError(f"samples must be a positive integer. Got {samples!r}.")
+    _parse_samples(samples)
     inputs = [np.asarray(a) for a in inputs]
     if len(inputs) != len(op.in_shapes) or any(
             tuple(a.shape) != tuple(s) for a, s in zip(inputs, op.in_shapes)):
         raise CheckError(
             f"operator {op.name!r} is bound to inputs {[tuple(s) for s in op.in_shapes]}; got "
             f"{[tuple(a.shape) for a in inputs]}")
-    supported = op.supported_modes()
-    if modes is None:
-        want = [m for m in CHECKED_MODES if m in supported]
-    else:
-        want = []
-        for m in modes:
-            try:
-                mm = Mode(m) if isinstance(m, str) else m
-            except ValueError:
-                raise CheckError(f"unknown lineage mode {m!r} (expected one of "
-                                 f"{', '.join(x.value for x in CHECKED_MODES)})") from None
-            if mm not in supported or mm not in CHECKED_MODES:
-                raise CheckError(f"operator {op.name!r} does not produce {mm.value} lineage "
-                                 f"(it supports {', '.join(sorted(x.value for x in supported))})")
-            want.append(mm)
-    given = None
-    if cells is not None:
-        lin = np.unique(as_linear(cells, op.out_shape, "cells to check"))
-        if len(lin) == 0:
-            raise CheckError("no cells to check were given")
-        given = [(tuple(int(v) for v in np.unravel_index(int(x), op.out_shape)), "given")
-                 for x in lin]
-    if budget_s is not None and not budget_s > 0:
-        raise CheckError(f"the time budget must be a positive number of seconds. "
-                         f"Got {budget_s!r}.")
-    clock = _Clock(budget_s, progress)
+    want = _wanted_modes(op, modes)
+    given = _given_cells(cells, op.out_shape)
+    clock = _Clock(_parse_budget(budget_s), progress)
     runner = _Runner(op, inputs, split, rtol)
     report = LineageCheck(op.name, [tuple(s) for s in op.in_shapes], [], seed)
     rng = np.random.default_rng(seed)
@@ -884,11 +1088,332 @@ def check_operator(op: Any, inputs: Sequence[np.ndarray], samples: int = 24, see
                                  f"lineage: {_problem(e)}") from None
         lineage = _Lineage(op, mode, full, pays)
         covered = lineage.covered if mode in (Mode.PAY, Mode.COMP) else None
-        cells = given or sample_cells(op, runner.base, samples, rng, split, covered, inputs)
+        if given:
+            cells = given
+        else:
+            unusual = _unusual_sizes(lineage, rng, clock, covered)
+            cells = sample_cells(op, runner.base, samples, rng, split, covered, inputs,
+                                 unusual=unusual)
         report.modes.append(_check_mode(op, runner, lineage, cells, seed + 101 * (k + 1),
                                         trials, max_influence_runs, clock))
     return report
 
 
+# ---------------------------------------------------------------------------------------
+# an operator of a stored run, on crops of its arrays
+# ---------------------------------------------------------------------------------------
+
+#: ``read(i, box)``: the cells of ``box`` of a run's input ``i`` (``None``: its output)
+Read = Callable[[int | None, Box], np.ndarray]
+
+
+def _shape_text(shape: Sequence[int]) -> str:
+    return "x".join(str(int(v)) for v in shape) or "scalar"
+
+
+def _croppable(op: Any) -> str | None:
+    """None when a run's operator can be checked on crops of its arrays, else why not
+    (a phrase after the operator's name)."""
+    kind = op.parallelism.kind
+    if not op.out_shape:
+        return "has a 0-d output"
+    if kind == "global":
+        return "is global (one task sees its whole inputs)"
+    if kind == "blockwise":
+        return "is blockwise (its input blocks are not crops around its output's)"
+    if any(tuple(s) != tuple(op.out_shape) for s in op.in_shapes):
+        return "has an input not shaped like its output"
+    return None
+
+
+def _halo(op: Any) -> tuple[int, ...]:
+    """The operator's halo per axis (0 unless it is a stencil)."""
+    nd = len(op.out_shape)
+    if op.parallelism.kind != "stencil":
+        return (0,) * nd
+    d = tuple(int(v) for v in op.parallelism.depth)
+    return d * nd if len(d) == 1 else d
+
+
+def _maps(op: Any) -> bool:
+    """Whether the operator has mapping functions to read (MAP, or COMP's default)."""
+    return bool({Mode.MAP, Mode.COMP} & set(op.supported_modes()))
+
+
+def _declared_cells(op: Any, lin: int, i: int) -> np.ndarray:
+    """Linear indices (sorted, unique) of input ``i`` that output cell ``lin`` declares,
+    through the mapping functions (``map_b_lin`` when the operator has it)."""
+    chk = _Checked(op)
+    got = chk.map_b_lin(np.array([lin], dtype=np.uint64), i)
+    if got is not None:
+        return np.unique(np.asarray(got).astype(np.int64))
+    return np.flatnonzero(chk.map_b(mask_from_linear(np.array([lin]), op.out_shape), i))
+
+
+def _crop_around(op: Any, cell: tuple[int, ...], declared: list[np.ndarray] | None) -> Box:
+    """The crop checking ``cell`` needs: the cell's declared lineage (``declared``, per
+    input) and its halo, grown by a margin of the halo (at least :data:`CROP_MARGIN`) so
+    that the cells just outside both are there to be changed; clipped to the arrays."""
+    shape = tuple(op.out_shape)
+    halo = _halo(op)
+    lo = [c - d for c, d in zip(cell, halo)]
+    hi = [c + d + 1 for c, d in zip(cell, halo)]
+    for lins in declared or []:
+        if len(lins):
+            coords = to_coords(lins, shape)
+            lo = [min(a, int(b)) for a, b in zip(lo, coords.min(axis=0))]
+            hi = [max(a, int(b) + 1) for a, b in zip(hi, coords.max(axis=0))]
+    return Box(lo, hi).dilate([max(d, CROP_MARGIN) for d in halo], shape)
+
+
+def _shift_cell(cell: Sequence[int], lo: Sequence[int]) -> list[int]:
+    return [int(c) + int(o) for c, o in zip(cell, lo)]
+
+
+def _merge_crop(into: dict[Mode, ModeCheck], rep: LineageCheck, lo: Sequence[int],
+                why: str | None) -> None:
+    """Add a crop's check to the run's, in the run's coordinates (cells, examples), each
+    cell sampled for ``why`` (None: as the check says)."""
+    for m in rep.modes:
+        res = into[m.mode]
+        for c in m.cells:
+            c.cell = tuple(_shift_cell(c.cell, lo))
+            c.why = why if why is not None else c.why
+            if c.example is not None:
+                for shown in c.example["cells"]:
+                    shown["cell"] = _shift_cell(shown["cell"], lo)
+                c.example["summary"] = _example_summary(c.example)
+            res.cells.append(c)
+        res.disagreements += m.disagreements
+        res.pairs_compared += m.pairs_compared
+        if res.disagreement_example is None and m.disagreement_example is not None:
+            ex = dict(m.disagreement_example)
+            ex["output"] = _shift_cell(ex["output"], lo)
+            ex["input_cell"] = _shift_cell(ex["input_cell"], lo)
+            ex["summary"] = _disagreement_summary(ex)
+            res.disagreement_example = ex
+        res.runs += m.runs
+        res.failed_runs += m.failed_runs
+        res.failure = res.failure or m.failure
+        res.influence_tried = min(res.influence_tried, m.influence_tried)
+        res.cut += [f"crop at {[int(v) for v in lo]}: {c}" for c in m.cut]
+
+
+def _stored_samples(op: Any, read: Read, samples: int, rng: np.random.Generator,
+                    chunks: Sequence[int] | None, scan_max_cells: int, want: Sequence[Mode],
+                    clock: _Clock, notes: list[str]) -> list[tuple[tuple[int, ...], str]]:
+    """Output cells of a run to check, sampled as :func:`sample_cells` does from the
+    stored arrays: its chunk grid's borders, rare values of the output and of the inputs
+    (read whole up to ``scan_max_cells`` cells each, else in a random set of chunks), and
+    unusual declared lineage sizes (from the mapping functions)."""
+    shape = tuple(op.out_shape)
+    size = int(np.prod(shape))
+    cshape = tuple(int(c) for c in chunks) if chunks else shape
+    if size <= scan_max_cells:
+        boxes = [Box.full(shape)]
+    else:
+        grid = chunk_grid(shape, cshape)
+        k = max(1, scan_max_cells // int(np.prod(cshape)))
+        boxes = [grid[j][1] for j in np.sort(rng.choice(len(grid), min(k, len(grid)),
+                                                          replace=False))]
+        notes.append(f"rare values searched in {len(boxes)} of {len(grid)} chunks of the "
+                     f"run's arrays (at most {scan_max_cells:,} cells each)")
+    rare: list[np.ndarray] = []
+    rare_in: dict[int, list[np.ndarray]] = {}
+    for box in boxes:
+        clock.say(f"reading the run's arrays for rare values ({_shape_text(box.shape)})")
+        lo = np.asarray(box.lo, dtype=np.int64)
+
+        def glob(local: np.ndarray, box: Box = box, lo: np.ndarray = lo) -> np.ndarray:
+            return as_linear(to_coords(local, box.shape) + lo, shape).astype(np.int64)
+
+        rare.append(glob(_rare_cells(np.asarray(read(None, box)))))
+        for i in range(len(op.in_shapes)):  # one input in memory at a time
+            for found in _rare_input_cells(box.shape, [np.asarray(read(i, box))]):
+                rare_in.setdefault(i, []).append(glob(found))
+    unusual = None
+    if _maps(op) and (Mode.MAP in want or Mode.COMP in want):
+        unusual = _unusual_sizes(_Lineage(op, Mode.MAP, None, None), rng, clock)
+    return sample_cells(op, None, samples, rng, chunks=cshape, unusual=unusual,
+                        rare={"rare": np.concatenate(rare),
+                              "rare input": [np.concatenate(v) for v in rare_in.values()]})
+
+
+def _check_whole(op: Any, read: Read, what: str, note: str, whole_max_cells: int,
+                 **kwargs: Any) -> LineageCheck:
+    """Check a run's operator on its whole arrays when the largest has at most
+    ``whole_max_cells`` cells (``note``, its ``{where}`` filled in, says so); else say in
+    one line, beginning with ``what``, what was not checked."""
+    shapes = [tuple(s) for s in op.in_shapes]
+    biggest = max([int(np.prod(s)) for s in [*shapes, tuple(op.out_shape)]])
+    if biggest > whole_max_cells:
+        said = (f"{what}: its largest array has {biggest:,} cells, more than the "
+                f"{whole_max_cells:,} checked whole (check it with --input on crops of your "
+                "own)")
+        return LineageCheck(op.name, shapes, [], int(kwargs.get("seed", 0)), not_checked=said)
+    inputs = [np.asarray(read(i, Box.full(s))) for i, s in enumerate(shapes)]
+    rep = check_operator(op, inputs, **kwargs)
+    where = f"the run's whole arrays ({', '.join(_shape_text(s) for s in shapes)})"
+    rep.notes.append(note.format(where=where))
+    return rep
+
+
+def check_on_crops(op: Any, read: Read, samples: int = 24, seed: int = 0,
+                   modes: Sequence[Mode | str] | None = None, split: Any = 2,
+                   trials: int = 2, rtol: float = 0.0, max_influence_runs: int = 2000,
+                   cells: Any = None, budget_s: float | None = None,
+                   progress: Callable[[str], None] | None = None,
+                   chunks: Sequence[int] | None = None,
+                   whole_max_cells: int | None = None,
+                   scan_max_cells: int | None = None) -> LineageCheck:
+    """Check an operator of a stored run on crops of the run's own arrays around sampled
+    cells, instead of on the whole arrays.
+
+    Output cells are sampled from the stored arrays (:func:`_stored_samples`), or given.
+    For each, the crop around it (:func:`_crop_around`: its declared lineage and halo,
+    plus a margin) is read, the operator is bound to the crop's shapes and checked on it
+    at the cell (:func:`check_operator`), and the crops' checks are merged in the run's
+    coordinates. A cell whose crop is the whole array, or whose declared lineage on the
+    crop is not its lineage on the run's arrays moved with the crop (an operator that
+    depends on where a cell is), is checked on the whole arrays; so is every cell of an
+    operator that cannot be cropped (global, blockwise, or with inputs of other shapes:
+    :func:`_croppable`).
+
+    Parameters
+    ----------
+    op : the run's operator, bound to the run's shapes and dtypes.
+    read : ``read(i, box)`` returns the cells of ``box`` of the run's input ``i`` (``None``:
+        of the operator's output).
+    samples, seed, modes, split, trials, rtol, max_influence_runs, cells, budget_s, progress
+        as for :func:`check_operator`; ``cells`` are of the run's output, and the budget
+        is shared by every crop.
+    chunks : the run's chunk shape of the output (whose borders are sampled).
+    whole_max_cells : the most cells of the largest array for a check on whole arrays
+        (default :data:`WHOLE_MAX_CELLS`); beyond it, what was not checked is said.
+    scan_max_cells : the most cells of each array read to find rare values (default
+        :data:`SCAN_MAX_CELLS`); beyond it, a random set of chunks is read.
+
+    Returns
+    -------
+    LineageCheck
+        In the run's coordinates; its :attr:`LineageCheck.notes` say how the check was
+        made (the crops' sizes, what was checked on whole arrays and why), and
+        :attr:`LineageCheck.not_checked` why nothing was.
+    """
+    _parse_samples(samples)
+    whole_max_cells = WHOLE_MAX_CELLS if whole_max_cells is None else int(whole_max_cells)
+    scan_max_cells = SCAN_MAX_CELLS if scan_max_cells is None else int(scan_max_cells)
+    want = _wanted_modes(op, modes)
+    shape = tuple(op.out_shape)
+    given = _given_cells(cells, shape)
+    clock = _Clock(_parse_budget(budget_s), progress)
+    common = {"samples": samples, "seed": seed, "modes": want, "split": split,
+              "trials": trials, "rtol": rtol, "max_influence_runs": max_influence_runs}
+    if not want:  # BLACKBOX only: nothing to read, nothing to run
+        return LineageCheck(op.name, [tuple(s) for s in op.in_shapes], [], seed)
+    why_not = _croppable(op)
+    if why_not is not None:
+        what = f"operator {op.name!r} {why_not}"
+        return _check_whole(op, read, what, what + ": checked on {where}", whole_max_cells,
+                            cells=cells, budget_s=budget_s, progress=progress, **common)
+    notes: list[str] = []
+    rng = np.random.default_rng(seed)
+    picked = given or _stored_samples(op, read, samples, rng, chunks, scan_max_cells, want,
+                                      clock, notes)
+    merged = {m: ModeCheck(m) for m in want}
+    n_in = len(op.in_shapes)
+    crops: list[tuple[int, ...]] = []
+    whole: list[tuple[tuple[int, ...], str]] = []
+    reasons: dict[str, int] = {}  # why cells fall back to the whole arrays, and how many
+    differ = 0
+    cut = None
+    for k, (cell, why) in enumerate(picked):
+        left = None if clock.deadline is None else clock.deadline - time.monotonic()
+        if left is not None and left <= 0:
+            cut = f"crops: {k} of {len(picked)} cells checked"
+            break
+        clock.say(f"{k} of {len(picked)} crops checked")
+        lin = int(np.ravel_multi_index(cell, shape))
+        declared = [_declared_cells(op, lin, i) for i in range(n_in)] if _maps(op) else None
+        box = _crop_around(op, cell, declared)
+        if box.shape == shape or box.size > whole_max_cells:
+            whole.append((cell, why))
+            said = ("need a crop as large as the whole array" if box.shape == shape else
+                    f"need a crop of more than {whole_max_cells:,} cells")
+            reasons[said] = reasons.get(said, 0) + 1
+            continue
+        try:
+            cop = op.bind(op.name, [box.shape] * n_in, op.in_dtypes)
+        except SubZeroError:  # the operator refuses arrays this small: the whole ones
+            whole.append((cell, why))
+            said = "have a crop the operator refuses"
+            reasons[said] = reasons.get(said, 0) + 1
+            continue
+        local = tuple(int(c - lo) for c, lo in zip(cell, box.lo))
+        if declared is not None:
+            here = int(np.ravel_multi_index(local, box.shape))
+            for i in range(n_in):
+                mine = _declared_cells(cop, here, i)
+                back = as_linear(to_coords(mine, box.shape) + np.asarray(box.lo), shape)
+                if not np.array_equal(np.sort(back.astype(np.int64)), declared[i]):
+                    break
+            else:
+                mine = None
+            if mine is not None:  # where the cell is changes its lineage: no crop fits
+                whole.append((cell, why))
+                said = ("declare another lineage on a crop than on the whole arrays (the "
+                        "operator depends on where a cell is)")
+                reasons[said] = reasons.get(said, 0) + 1
+                continue
+        blocks = [np.asarray(read(i, box)) for i in range(n_in)]
+        share = None if left is None else left / (len(picked) - k)
+        rep = check_operator(cop, blocks, cells=[local], budget_s=share,
+                             **dict(common, seed=seed + k))
+        with np.errstate(all="ignore"):
+            here_out = run_chunked(cop, blocks, split)[0][local]
+        stored = np.asarray(read(None, Box(cell, tuple(c + 1 for c in cell)))).reshape(-1)
+        if not _same(np.asarray([here_out]), stored[:1], rtol)[0]:
+            differ += 1
+        _merge_crop(merged, rep, box.lo, why)
+        crops.append(box.shape)
+    report = LineageCheck(op.name, [tuple(s) for s in op.in_shapes], list(merged.values()),
+                          seed, notes)
+    if crops:
+        sizes = sorted(set(crops), key=lambda s: (int(np.prod(s)), s))
+        said = (_shape_text(sizes[0]) if len(sizes) == 1 else
+                f"{_shape_text(sizes[0])} to {_shape_text(sizes[-1])}")
+        report.notes.insert(0, f"checked on crops of {said} cells around {len(crops)} "
+                               f"{'given' if given else 'sampled'} cells of the run's "
+                               f"{_shape_text(shape)} arrays")
+    if differ:
+        report.notes.append(f"{differ} crop(s) computed another value at their cell than "
+                            "the run stored (the operator reads beyond its halo, or its "
+                            "code changed since the run)")
+    if whole and cut is None:
+        left = None if clock.deadline is None else clock.deadline - time.monotonic()
+        if left is not None and left <= 0:
+            cut = f"crops: {len(picked) - len(whole)} of {len(picked)} cells checked"
+        else:
+            because = "; ".join(f"{n} {r}" for r, n in reasons.items())
+            rest = _check_whole(op, read, f"{len(whole)} cell(s) ({because})",
+                                f"{len(whole)} cell(s) checked on {{where}}: {because}",
+                                whole_max_cells, cells=[c for c, _ in whole], budget_s=left,
+                                **common)
+            report.notes += rest.notes
+            if rest.not_checked is not None and not crops:
+                report.not_checked = rest.not_checked
+            elif rest.not_checked is not None:
+                report.notes.append(f"not checked: {rest.not_checked}")
+            whys = dict(whole)
+            for m in rest.modes:
+                for c in m.cells:
+                    c.why = whys.get(tuple(c.cell), c.why)
+            _merge_crop(merged, rest, (0,) * len(shape), None)
+    if cut is not None:
+        for m in report.modes:
+            m.cut.append(cut)
+    return report
+
+
 __all__ = ["CHECKED_MODES", "CellCheck", "CheckError", "LineageCheck", "ModeCheck",
-           "check_operator", "sample_cells"]
+           "check_on_crops", "check_operator", "sample_cells"]

@@ -9,6 +9,7 @@ import importlib
 import inspect
 import json
 import pkgutil
+import re
 import sys
 from pathlib import Path
 
@@ -25,6 +26,8 @@ from subzero.lineage import PairBatch
 from subzero.modes import Mode
 from subzero.operator import Operator, stencil
 from subzero.testing import bind, run_chunked
+from tests.conftest import run_cli
+from workflows import lies
 from workflows.checkable import CHECKED, SHIPPED_UDFS, default_inputs
 
 # the slowest (a few seconds each: L.A.Cosmic re-run for every changed cell, the genomics
@@ -437,6 +440,7 @@ def test_a_check_is_reproducible_from_its_seed():
     (["MedianFilter", "--input", "a.npy", "--cells", "9,9"], "(9, 9)"),
     (["MedianFilter", "--input", "a.npy", "--cells", "x"], "'x'"),
     (["MedianFilter", "--cells", "1,1"], "--cells needs --input"),
+    (["MedianFilter", "--whole"], "--whole applies to an operator of a run"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, named, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -492,7 +496,8 @@ def test_a_time_budget_bounds_every_phase_and_says_what_it_cut(monkeypatch):
     m = rep.mode("MAP")
     assert m.cut and m.cut[0].startswith("soundness: ") and len(m.cells) < 24
     assert any("cut by the time budget: soundness" in line for line in rep.lines())
-    assert lines and all("cells checked for soundness" in ln for ln in lines)
+    assert lines and all("cells checked for soundness" in ln or "sizing the declared" in ln
+                         for ln in lines)
     whole = subzero.check_lineage(SlowIdentity(), inputs=[x], samples=4)
     assert not whole.mode("MAP").cut and whole.sound
 
@@ -520,3 +525,188 @@ def test_a_budget_spent_before_tightness_leaves_it_unmeasured_and_says_so():
     lc._influence(runner, res, [7], keep, np.random.default_rng(0), 100, clock)
     assert res.cut == ["tightness: 0 of 1 input cells tried, not measured"]
     assert res.cells[0].influential is None and res.tightness is None
+
+
+# ---------------------------------------------------------------------------------------
+# deliberately wrong UDFs (workflows.lies), unusual lineage sizes, a run's operator on crops
+# ---------------------------------------------------------------------------------------
+
+VERDICT = re.compile(r"^UNSOUND: (MAP|FULL|PAY|COMP) \d+ of \d+ cells: \[\d+, \d+\] \([a-z ]+\)")
+
+
+@pytest.mark.parametrize("name", sorted(lies.LIES))
+def test_every_lie_is_found_with_the_defaults(name, capsys):
+    """Default samples, seed and budget, the lie's own kind of data (``example_inputs``):
+    exit 1, and the last line names the unsound cells."""
+    code = main(["check-lineage", f"workflows.lies:{name}"])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert code == 1, "\n".join(out)
+    assert VERDICT.match(out[-1]), out[-1]
+
+
+@pytest.mark.parametrize("name", sorted(lies.CONTROLS))
+def test_the_honest_controls_are_sound_with_the_defaults(name, capsys):
+    code = main(["check-lineage", f"workflows.lies:{name}"])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert code == 0, "\n".join(out)
+    assert re.match(r"sound: (24|48) sampled cells of (MAP, FULL|COMP)$", out[-1]), out[-1]
+
+
+def test_a_cleaner_is_caught_at_its_masks_rare_value_though_the_image_has_extremes():
+    """The image's hot and saturated pixels are rare too; each input gets its share of
+    the rare-input samples, so the mask's few flags are not crowded out."""
+    cls = lies.MaskedMedianCleaner
+    image, mask = cls.example_inputs()
+    rep = subzero.check_lineage(cls(), inputs=[image, mask])
+    unsound = rep.mode("MAP").unsound
+    assert unsound and all(mask[c.cell] for c in unsound)
+    assert any(c.why == "rare input" for c in unsound)
+
+
+class OneNarrowCell(UDF):
+    """An exact 3x3 box mean declaring the clipped 3x3 box, except at one cell, which
+    declares only itself: one cell declared much smaller than all others."""
+
+    n_inputs = 1
+    parallelism = stencil(1)
+    cell = (13, 7)
+
+    def supported_modes(self):
+        return frozenset({Mode.MAP, Mode.BLACKBOX})
+
+    def run(self, ctx, x):
+        pad = np.pad(x, 1, mode="edge")
+        h, w = x.shape
+        out = sum(pad[dy:dy + h, dx:dx + w] for dy in range(3) for dx in range(3)) / 9.0
+        return out[ctx.chunk.interior(0)]
+
+    def map_b(self, f, i):
+        from subzero.cells import dilate
+
+        one = np.zeros(f.shape, bool)
+        one[self.cell] = True
+        return dilate(f & ~one, 1) | (f & one)
+
+    def map_f(self, f, i):
+        from subzero.cells import dilate
+
+        out = dilate(f, 1)
+        out[self.cell] = f[self.cell]
+        return out
+
+
+@pytest.mark.parametrize("cls, inputs", [
+    (lies.AnchorBinning, lambda: lies.AnchorBinning.example_inputs()),
+    (OneNarrowCell, lambda: [np.random.default_rng(3).normal(size=(30, 26))]),
+])
+def test_unusual_lineage_sizes_find_a_lie_the_other_samplers_miss(cls, inputs, monkeypatch):
+    """A few cells declare a much larger (AnchorBinning) or much smaller (OneNarrowCell)
+    lineage than the rest, still too small: the unusual-size sampler finds them, and
+    without it the same check (every other sampler) calls the operator sound."""
+    from subzero import lineagecheck as lc
+
+    arrays = inputs()
+    rep = subzero.check_lineage(cls(), inputs=arrays)
+    m = rep.mode("MAP")
+    assert m.unsound and {c.why for c in m.unsound} == {"unusual lineage size"}
+    sizes = {c.cell: c.declared for c in m.cells}
+    common = max(set(sizes.values()), key=list(sizes.values()).count)
+    assert all(sizes[c.cell] != common for c in m.unsound)
+    monkeypatch.setattr(lc, "_unusual_sizes", lambda *a, **k: np.empty(0, np.int64))
+    blind = subzero.check_lineage(cls(), inputs=arrays)
+    assert blind.sound and "unusual lineage size" not in {c.why for c in blind.modes[0].cells}
+
+
+def test_unusual_sizes_are_the_rarest_sizes_first():
+    """A 3x3 stencil on 8x6: 4 corners (4 cells declared), 20 edge cells (6), 24 inner
+    (9): the corners come first, then the edge cells; inner cells are not unusual."""
+    from subzero import lineagecheck as lc
+
+    op = bind(Convolve(np.ones((3, 3))), np.zeros((8, 6)))
+    lineage = lc._Lineage(op, Mode.MAP, None, None)
+    got = lc._unusual_sizes(lineage, np.random.default_rng(0), lc._Clock(None, None))
+    coords = [tuple(int(v) for v in np.unravel_index(x, (8, 6))) for x in got]
+    assert len(coords) == 4 + 20
+    assert set(coords[:4]) == {(0, 0), (0, 5), (7, 0), (7, 5)}
+    assert all(r in (0, 7) or c in (0, 5) for r, c in coords[4:])
+
+
+@pytest.fixture(scope="module")
+def lies_run(tmp_path_factory):
+    """A run of the ``workflows.lies`` workflow (every lie and control), in a home of
+    its own; its path."""
+    home = tmp_path_factory.mktemp("lies-home")
+    p = run_cli("run", "workflows.lies", "--where", "driver", "--home", str(home), "--json")
+    assert p.returncode == 0, p.stderr[-3000:]
+    return home
+
+
+def _check_run(capsys, home, op, *more):
+    code = main(["check-lineage", f"latest:lies:{op}", "--home", str(home), "--json", *more])
+    return code, json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("op", ["cleaner", "narrow", "payload", "anchors", "honest_cleaner",
+                                "honest_box"])
+def test_a_runs_operator_on_crops_has_the_verdict_it_has_on_whole_arrays(op, lies_run,
+                                                                         capsys):
+    code, doc = _check_run(capsys, lies_run, op)
+    whole_code, whole = _check_run(capsys, lies_run, op, "--whole")
+    assert code == whole_code == (0 if op.startswith("honest") else 1), (doc, whole)
+    assert doc["verdict"].split(":")[0] == whole["verdict"].split(":")[0]
+    assert re.match(r"checked on crops of \d+x\d+( to \d+x\d+)? cells around \d+ sampled "
+                    r"cells of the run's 48x40 arrays", doc["notes"][0]), doc["notes"]
+    assert not whole["notes"]  # --whole: the run's arrays as they are
+    assert all(m["samples"] == 24 for m in doc["modes"])
+
+
+def test_a_runs_operator_that_depends_on_where_a_cell_is_is_checked_whole(lies_run, capsys):
+    """AnchorBinning's anchors are every 16th pixel of the array: on a crop they are not
+    anchors, so those cells are checked on the whole (small) arrays, and still found."""
+    code, doc = _check_run(capsys, lies_run, "anchors")
+    assert code == 1
+    assert any("checked on the run's whole arrays (48x40)" in n and "depends on where a "
+               "cell is" in n for n in doc["notes"]), doc["notes"]
+    assert {c["why"] for c in doc["modes"][0]["unsound"]} == {"unusual lineage size"}
+
+
+def test_a_runs_global_operator_says_what_it_did(lies_run, capsys, monkeypatch):
+    """A global operator cannot be cropped: checked on the run's whole arrays when they
+    are small (and the lie found), else one line saying it was not checked (exit 1)."""
+    from subzero import lineagecheck as lc
+
+    code, doc = _check_run(capsys, lies_run, "wrap")
+    assert code == 1 and doc["notes"] == [
+        "operator 'wrap' is global (one task sees its whole inputs): checked on the run's "
+        "whole arrays (48x40)"]
+    assert doc["verdict"].startswith("UNSOUND: MAP")
+    monkeypatch.setattr(lc, "WHOLE_MAX_CELLS", 1000)
+    code = main(["check-lineage", "latest:lies:wrap", "--home", str(lies_run)])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert code == 1
+    assert out[-1] == ("NOT CHECKED: operator 'wrap' is global (one task sees its whole "
+                       "inputs): its largest array has 1,920 cells, more than the 1,000 "
+                       "checked whole (check it with --input on crops of your own)")
+
+
+def test_crops_read_only_what_they_need():
+    """A run's 400x300 arrays in 50x50 chunks, scanned for rare values in at most 5000
+    cells: no read is larger than a chunk, and the check says what it read."""
+    from subzero.cells import Box
+    from subzero.lineagecheck import check_on_crops
+
+    x = np.random.default_rng(1).normal(100.0, 5.0, (400, 300))
+    op = bind(lies.HonestBoxMean(), x, name="box")
+    out = run_chunked(op, [x])[0]
+    reads: list[int] = []
+
+    def read(i, box: Box):
+        reads.append(box.size)
+        return (x if i is not None else out)[box.slices]
+
+    rep = check_on_crops(op, read, chunks=(50, 50), scan_max_cells=5000)
+    assert rep.sound and max(reads) <= 2500
+    assert rep.notes[0].startswith("checked on crops of ")
+    assert "rare values searched in 2 of 48 chunks" in rep.notes[1]
+    kinds = {c.why for m in rep.modes for c in m.cells}
+    assert {"corner", "border"} <= kinds

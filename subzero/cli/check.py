@@ -1,13 +1,22 @@
 """``subzero check-lineage OPERATOR``: is an operator's declared lineage right?
 
 ``OPERATOR`` is a class (``MedianFilter``, ``module:Class``) or an operator of a run
-(``RUN:OP``, e.g. ``r3:cr1`` or ``latest:cr1``): that operator as the run's manifest
-records it, on the run's own input arrays by default. A run's operator whose code changed
-since the run is refused unless ``--allow-changed-code``.
+(``RUN:OP``, e.g. ``r3:cr1`` or ``latest:cr1``).
+
+A class is checked on ``--input`` files, on ``--shape`` random floats, or on its own kind
+of data: a built-in's or shipped UDF's (:mod:`workflows.checkable`), or what the class's
+``example_inputs(seed)`` returns (see :mod:`workflows.lies`).
+
+A run's operator is checked as the run's manifest records it, on crops of the run's own
+arrays around the sampled cells (:func:`subzero.lineagecheck.check_on_crops`; the report
+says which crops), or on its whole arrays with ``--whole`` (or when it cannot be cropped:
+a global operator). A run's operator whose code changed since the run is refused unless
+``--allow-changed-code``.
 
 Exit status: 0 when every checked mode is sound, 1 when some sampled output cell changed
-although only input cells outside its declared lineage were changed, or when a mode could
-not be checked (more than a tenth of its runs on changed inputs raised), 2 on bad input (an
+although only input cells outside its declared lineage were changed (the last line names
+the unsound cells), or when a mode could not be checked (more than a tenth of its runs on
+changed inputs raised, or a run's arrays too large to check whole), 2 on bad input (an
 unknown operator, a class that is not an operator, unreadable inputs...).
 """
 
@@ -22,12 +31,14 @@ from typing import Any
 import numpy as np
 
 from subzero.api import Home, check_lineage, say
-from subzero.cells import parse_cells, parse_shape
+from subzero.cells import Box, parse_cells, parse_shape
 from subzero.cli.common import (CliError, add_changed_code_flag, emit_json, load_npy,
                                 parse_assignments, table)
-from subzero.errors import CellError, CodeError
+from subzero.engine.arrays import read_box
+from subzero.errors import CellError, CodeError, SubZeroError
 from subzero.jsonio import TooDeepError, loads_limited
-from subzero.lineagecheck import LineageCheck
+from subzero.lineagecheck import LineageCheck, Read, check_on_crops
+from workflows.checkable import resolve
 
 EXIT_UNSOUND = 1
 #: the most cells a generated input may have (--shape)
@@ -143,9 +154,11 @@ RUN_OP = re.compile(r"^(r\d+|latest(?::[^:]+)?):([A-Za-z_][A-Za-z0-9_.-]*)$")
 
 
 def _run_operator(args: argparse.Namespace, inputs: list | None, params: dict
-                  ) -> tuple[Any, list | None, list[str]]:
-    """The operator ``RUN:OP`` names, rebuilt from the run's manifest, and its inputs (the
-    run's arrays unless given); the warnings to print with the report."""
+                  ) -> tuple[Any, list | None, list[str], tuple[Read, tuple[int, ...]] | None]:
+    """The operator ``RUN:OP`` names, rebuilt from the run's manifest; its inputs (given,
+    or the run's whole arrays with ``--whole``); the warnings to print with the report;
+    and, to check it on crops, a reader of the run's arrays and the output's chunk shape
+    (None when checked on whole inputs)."""
     m = RUN_OP.match(args.operator)
     assert m is not None
     if params:
@@ -164,9 +177,57 @@ def _run_operator(args: argparse.Namespace, inputs: list | None, params: dict
     if name in run.loaded.changed_code:
         warn.append(f"warning: {name}: checked with code changed since run {run.id} "
                     f"({run.loaded.changed_code[name]}), not the code that ran")
-    if inputs is None and not args.shape:
-        inputs = [run.array(s) for s in wf.nodes[name].inputs]
-    return wf.nodes[name].op, inputs, warn
+    if inputs is not None or args.shape:
+        return wf.nodes[name].op, inputs, warn, None
+    sources = list(wf.nodes[name].inputs)
+    if args.whole:
+        return wf.nodes[name].op, [run.array(s) for s in sources], warn, None
+    paths = {i: run.loaded.array_path(s) for i, s in enumerate(sources)}
+    paths[None] = run.loaded.array_path(name)
+
+    def read(i: int | None, box: Box) -> Any:
+        return read_box(paths[i], box)
+
+    return run.loaded.op(name), None, warn, (read, run.loaded.chunks(name))
+
+
+def _example_inputs(operator: str, params: dict, seed: int) -> list | None:
+    """The inputs a class gives as its own kind of data (``example_inputs(seed)``), or
+    None when it has none (it is then checked on the inputs ``check_lineage`` makes)."""
+    try:
+        op = resolve(operator, params or None)
+    except SubZeroError:
+        return None  # check_lineage names the problem
+    make = getattr(type(op), "example_inputs", None)
+    if not callable(make):
+        return None
+    try:
+        got = make(seed=seed)
+        return [np.asarray(a) for a in got]
+    except Exception as e:  # noqa: BLE001 - the user's generator, named in one line
+        msg = str(e).splitlines()[0] if str(e) else ""
+        raise CliError(f"operator {operator!r}: example_inputs(seed={seed}) failed: "
+                       f"{type(e).__name__}{': ' + msg if msg else ''}; give --input files "
+                       "or --shape") from None
+
+
+def _print_report(rep: LineageCheck, warnings: list[str]) -> None:
+    for w in warnings:
+        print(w)
+    lines = rep.lines()
+    print(lines[0])
+    for note in rep.notes:
+        print(note)
+    if rep.modes:
+        print(table(summary_rows(rep), ["mode", "sound", "cells", "unsound", "disagree",
+                                        "declared", "influential", "tightness",
+                                        "widest decl/infl"]))
+    elif rep.not_checked is None:
+        print("no lineage mode to check (BLACKBOX only: queries re-execute it)")
+    for line in lines[1:]:
+        if line.startswith("    "):
+            print(line.strip())
+    print(rep.verdict())
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -175,39 +236,37 @@ def cmd_check(args: argparse.Namespace) -> int:
     shape = _shape(args.shape) if args.shape else None
     if inputs is not None and shape is not None:
         raise CliError("give --input files or --shape, not both")
-    operator: Any = args.operator
-    warnings: list[str] = []
-    if RUN_OP.match(args.operator):
-        operator, inputs, warnings = _run_operator(args, inputs, params)
-    cells = None
-    if args.cells:
-        if inputs is None:
-            raise CliError("--cells needs --input files (the cells are of their output)")
-        cells = args.cells
     if args.seed < 0:
         raise CliError(f"--seed {args.seed}: expected a non-negative integer")
-    rep = check_lineage(operator, inputs=inputs, samples=_positive("--samples", args.samples),
-                        seed=args.seed, params=params or None, modes=args.mode or None,
-                        shape=shape, split=_positive("--chunks", args.chunks),
-                        rtol=_tolerance(args.rtol),
-                        cells=None if cells is None else _cells(cells),
-                        budget_s=parse_budget(args.budget), progress=say)
+    operator: Any = args.operator
+    warnings: list[str] = []
+    crops = None
+    if RUN_OP.match(args.operator):
+        operator, inputs, warnings, crops = _run_operator(args, inputs, params)
+    elif args.whole:
+        raise CliError(f"--whole applies to an operator of a run (RUN:OP); "
+                       f"{args.operator!r} is checked on the inputs given or made for it")
+    elif inputs is None and shape is None:
+        inputs = _example_inputs(args.operator, params, args.seed)
+    cells = None
+    if args.cells:
+        if inputs is None and crops is None:
+            raise CliError("--cells needs --input files (the cells are of their output)")
+        cells = _cells(args.cells)
+    common = {"samples": _positive("--samples", args.samples), "seed": args.seed,
+              "modes": args.mode or None, "split": _positive("--chunks", args.chunks),
+              "rtol": _tolerance(args.rtol), "cells": cells,
+              "budget_s": parse_budget(args.budget), "progress": say}
+    if crops is not None:
+        read, chunks = crops
+        rep = check_on_crops(operator, read, chunks=chunks, **common)
+    else:
+        rep = check_lineage(operator, inputs=inputs, params=params or None, shape=shape,
+                            **common)
     if args.json:
         emit_json(dict(rep.to_json(), **({"warnings": warnings} if warnings else {})))
     else:
-        for w in warnings:
-            print(w)
-        lines = rep.lines()
-        print(lines[0])
-        if rep.modes:
-            print(table(summary_rows(rep), ["mode", "sound", "cells", "unsound",
-                                            "disagree", "declared", "influential",
-                                            "tightness", "widest decl/infl"]))
-        for line in lines[1:]:
-            if line.startswith("    "):
-                print(line.strip())
-        if not rep.modes:
-            print(lines[1].strip())
+        _print_report(rep, warnings)
     return 0 if rep.sound else EXIT_UNSOUND
 
 
@@ -216,14 +275,15 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         "check-lineage", parents=[common],
         help="check an operator's declared lineage by perturbation (exit 1 when unsound)",
         description="Run an operator on small inputs, sample output cells (random, chunk "
-        "borders, edges, rare values, payload cells), change every input cell outside each "
+        "borders, edges, rare values of the output and the inputs, unusual declared lineage "
+        "sizes, payload cells), change every input cell outside each "
         "cell's declared backward lineage and re-run: a changed output is unsound. Also "
         "compares forward with backward lineage and measures tightness (declared cells "
         "against the cells whose change alone changes the output). Exit 0 sound, 1 "
         "unsound, 2 bad input.")
     s.add_argument("operator", help="a built-in (MedianFilter), a shipped UDF "
                    "(CosmicRayDetect), module:Class, or RUN:OP (an operator of a run, on "
-                   "the run's own inputs by default)")
+                   "crops of the run's own arrays around the sampled cells by default)")
     s.add_argument("--param", action="append", metavar="K=V",
                    help="constructor argument (JSON value, else a string); repeatable")
     s.add_argument("--input", action="append", metavar="F.npy",
@@ -243,5 +303,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     s.add_argument("--budget", default="60s", metavar="TIME",
                    help="time for the whole check: 60s (default), 5m, 1h, or none; each "
                    "phase stops once it is spent and the report says what was cut")
+    s.add_argument("--whole", action="store_true",
+                   help="RUN:OP: check on the run's whole arrays instead of crops around "
+                   "the sampled cells")
     add_changed_code_flag(s)
     s.set_defaults(func=cmd_check)
