@@ -16,6 +16,9 @@ An operator computes one output array from ``n`` input arrays, one output *chunk
   for the cells that stored no payload) and does not list ``MAP`` unless the default alone is
   its whole lineage;
 - :meth:`Operator.all_to_all` marks where the entire-array optimization is safe;
+- re-executed in tracing mode, an operator without ``FULL`` reports its exact mapping
+  functions where it supports ``MAP`` (:meth:`Operator.trace_mapped`), else every cell of
+  its blocks (:meth:`Operator.trace_all_to_all`);
 - :attr:`Operator.parallelism` says how it splits into tasks: :data:`ELEMENTWISE` (any
   chunking, input block = output block), :func:`stencil` (input block = output block plus
   a halo), or :data:`GLOBAL` (one task sees whole inputs).
@@ -30,14 +33,16 @@ mapping functions and tracing lineage from their shape, and user code subclasses
 from __future__ import annotations
 
 import copy
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
-from subzero.cells import Box, as_linear
+from subzero.cells import Box, Ragged, as_linear
 from subzero.errors import ModeError, ShapeError, WorkflowError
+from subzero.frontier import mask_from_linear
 from subzero.modes import Mode
 from subzero.recorded import Recorded
 from subzero.runtime import TaskContext
@@ -280,6 +285,65 @@ class Operator(Recorded, ABC):
         block depends on every input cell the task read."""
         ch = ctx.chunk
         ctx.lwrite(ch.out_box, *[b for b in ch.in_boxes])
+
+    def trace_mapped(self, ctx: TaskContext) -> None:
+        """Tracing from exact mapping functions: each output cell of the block as one pair,
+        with its :meth:`map_b` lineage in every input.
+
+        What an operator that supports ``MAP`` but not ``FULL`` reports when it is
+        re-executed in tracing mode (:func:`subzero.engine.tasks.run_task`), instead of
+        :meth:`trace_all_to_all`: the same pairs a ``FULL`` trace of exact lineage gives.
+
+        This is the slow path, kept exact: one mapping call per output cell and input,
+        through :meth:`map_b_lin` where the operator has it (time in proportion to the
+        cell's lineage), else :meth:`map_b` of a one-cell mask (a pass over both arrays
+        per cell). Queries do not take it: a black-box query step of such an operator
+        applies its mapping functions to the whole frontier at once
+        (:class:`subzero.query.executor.QueryExecutor`). It serves direct re-execution in
+        tracing mode (:func:`subzero.engine.reexec.reexecute`).
+
+        Parameters
+        ----------
+        ctx : the task's context; the pairs go to ``ctx.lwrite_pairs`` and the mapping
+            calls count as capture time (``ctx.capture_s``).
+
+        Examples
+        --------
+        >>> from subzero.runtime import ChunkContext
+        >>> class Prev(Operator):  # out[k] = x[k - 1], and out[0] = x[0]
+        ...     parallelism = stencil(1)
+        ...     def supported_modes(self):
+        ...         return frozenset({Mode.MAP, Mode.BLACKBOX})
+        ...     def run(self, ctx, x):
+        ...         return x[:-1]
+        ...     def map_b_lin(self, out_lin, i):
+        ...         return np.unique(np.maximum(out_lin.astype(np.int64) - 1, 0)
+        ...                          ).astype(np.uint64)
+        >>> op = Prev().bind("prev", [(4,)], ["float64"])
+        >>> ch = ChunkContext((0,), Box((1,), (3,)), (Box((0,), (4,)),), (4,), ((4,),))
+        >>> ctx = TaskContext(ch, frozenset({Mode.FULL}), op.name)
+        >>> op.trace_mapped(ctx)
+        >>> pairs = ctx.full_pairs()
+        >>> pairs.out.values.tolist(), pairs.ins[0].values.tolist()
+        ([1, 2], [0, 1])
+        """
+        t0 = time.perf_counter()
+        out_lin = ctx.chunk.out_box.linear(self.out_shape)
+        ins = [self._map_b_cells(out_lin, i) for i in range(len(self.in_shapes))]
+        ctx.capture_s += time.perf_counter() - t0  # lwrite_pairs counts its own time
+        ctx.lwrite_pairs(Ragged.from_singletons(out_lin), *ins)
+
+    def _map_b_cells(self, out_lin: np.ndarray, i: int) -> Ragged:
+        """Per output cell of ``out_lin`` (linear indices), its input-``i`` lineage by the
+        mapping functions, as one row each."""
+        rows: list[np.ndarray] = []
+        for o in out_lin:
+            one = np.array([o], dtype=np.uint64)
+            got = self.map_b_lin(one, i)
+            if got is None:  # no linear form: a fresh one-cell mask (map_b may return it)
+                got = np.flatnonzero(self.map_b(mask_from_linear(one, self.out_shape), i))
+            rows.append(np.unique(np.asarray(got).astype(np.uint64, copy=False)))
+        return Ragged.from_rows(rows)
 
     def __repr__(self) -> str:
         ps = ", ".join(f"{k}={v!r}" for k, v in self.params().items())

@@ -21,8 +21,10 @@ small steps:
 
 No step collects an array or lineage pairs to the driver: tasks return timings and
 statistics only. ``notify`` (a callable taking one line) hears what the run is doing:
-where the inputs come from, Spark starting, a strategy that stores nothing, and, when
-stderr is not a terminal, the operators done so far (on a terminal, a progress bar).
+where the inputs come from, Spark starting, a strategy that stores nothing, an operator
+whose lineage costs more than its computation (:func:`lineage_warning`, once per operator;
+the result's ``warnings`` keep them), and, when stderr is not a terminal, the operators
+done so far (on a terminal, a progress bar).
 """
 
 from __future__ import annotations
@@ -71,7 +73,9 @@ from subzero.engine.tasks import (
     settle_deferred,
 )
 from subzero import manifest
-from subzero.modes import BLACKBOX, Strategy, capture_modes
+from subzero.modes import BLACKBOX, Mode, Strategy, capture_modes
+from subzero.operator import Operator
+from subzero.sizes import human_bytes
 from subzero.workflow import Workflow
 
 #: stages that write at most this many cells (a 1 x 1 overscan, a scalar mean) run on the
@@ -101,9 +105,12 @@ class RunResult:
     #: where the run executed (Spark jobs or the driver) and why
     #: (:mod:`subzero.engine.placement`)
     placement: Placement | None = None
+    #: one line per operator whose lineage cost more than its computation
+    #: (:func:`lineage_warning`), as ``notify`` heard them, in the order they came
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "run": self.run, "workflow": self.workflow, "strategy": self.strategy,
             "runtime_s": self.runtime_s, "input_bytes": self.input_bytes,
             "lineage_bytes": self.lineage_bytes, "stages": self.stages,
@@ -111,6 +118,9 @@ class RunResult:
             "operators": self.operators, "inputs": self.inputs,
             "placement": self.placement.to_json() if self.placement else None,
         }
+        if self.warnings:  # like an operator's note: only when there is one
+            out["warnings"] = list(self.warnings)
+        return out
 
 
 @dataclass
@@ -149,6 +159,9 @@ class _Run:
     partial_of: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: each operator's code as the manifest records it (class, digest, distribution)
     code: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: hears the run's lines (``run_workflow``'s ``notify``), and the warnings said so far
+    notify: Callable[[str], None] | None = None
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -466,7 +479,12 @@ def _complete(r: _Run, st: Stage, results: list[list[dict[str, Any]]], wall: flo
                 continue
             stage = _op_stage(r, name, per_step[k], wall * task_s[k] / total)
             _enforce_budget(r, stage)
-            _record_stage(r, stage)
+            warning = _record_stage(r, stage)
+        if warning is not None and r.notify is not None:
+            clear = getattr(bar, "clear", None)  # a progress bar on the terminal: off first
+            if clear is not None:
+                clear()
+            r.notify(warning)
         if bar is not None:
             bar.set_description(name)
             bar.update(1)
@@ -688,8 +706,125 @@ def _enforce_budget(r: _Run, st: _Stage) -> None:
     st.rows = []
 
 
-def _record_stage(r: _Run, st: _Stage) -> None:
-    """The stage's shards, statistics, timings and output array in the catalog."""
+#: an operator's lineage (capturing and storing it) may take up to this share of the
+#: operator's time before the run warns about it
+WARN_LINEAGE_SHARE = 0.5
+#: an operator that took less time than this (seconds) gets no warning about its lineage's
+#: time: on small arrays the fixed costs of storing dominate
+WARN_MIN_RUNTIME_S = 0.2
+#: lineage smaller than this (bytes) gets no warning about its size, whatever its
+#: operator's inputs take
+WARN_MIN_LINEAGE_BYTES = 1_000_000
+
+
+def lineage_warning(op: Operator, strategies: Sequence[Strategy], runtime_s: float,
+                    lineage_s: float, lineage_bytes: int, input_bytes: int) -> str | None:
+    """What a run says about an operator whose stored lineage costs more than the operator
+    itself, or None: its figures and the cheaper way (:func:`cheaper_lineage`).
+
+    The run warns when capturing and storing the lineage took more than
+    :data:`WARN_LINEAGE_SHARE` of the operator's time (an operator that took at least
+    :data:`WARN_MIN_RUNTIME_S`), or when the lineage it stored is larger than its inputs
+    (and at least :data:`WARN_MIN_LINEAGE_BYTES`). Operators that stored nothing get no
+    warning.
+
+    Parameters
+    ----------
+    op : the bound operator.
+    strategies : its strategies in the run (after a disk budget dropped any).
+    runtime_s, lineage_s : its time in the run, and the part of it its lineage took
+        (capture in ``ctx.lwrite*``, encoding and writing shards).
+    lineage_bytes : the bytes of the shards it kept.
+    input_bytes : the logical bytes of its inputs.
+
+    Returns
+    -------
+    The warning without the operator's name (the run's line starts with it), or None.
+
+    Examples
+    --------
+    >>> from subzero.modes import FULL_ONE_BWD
+    >>> class Clean(Operator):
+    ...     def supported_modes(self):
+    ...         return frozenset({Mode.FULL, Mode.BLACKBOX})
+    ...     def run(self, ctx, x):
+    ...         return x
+    >>> op = Clean().bind("clean", [(1000, 1000)], ["float32"])
+    >>> print(lineage_warning(op, [FULL_ONE_BWD], 4.0, 3.1, 32_000_000, 4_000_000))
+    capturing and storing its lineage took 3.1 s of 4.0 s (78%) and 32.0 MB, 8.0x its
+    inputs' 4.0 MB; declare it as payloads (COMP/PAY with map_p) or a mapping function
+    (MAP with map_b/map_f) in its code (see operators.udf), or cap the run's lineage
+    with --max-disk (queries re-execute what does not fit)
+    >>> lineage_warning(op, [FULL_ONE_BWD], 0.1, 0.09, 500_000, 4_000_000) is None
+    True
+    """
+    if lineage_bytes <= 0 or not any(s.stored for s in strategies):
+        return None
+    slow = runtime_s >= WARN_MIN_RUNTIME_S and lineage_s > WARN_LINEAGE_SHARE * runtime_s
+    big = lineage_bytes >= WARN_MIN_LINEAGE_BYTES and lineage_bytes > input_bytes
+    if not (slow or big):
+        return None
+    share = 100.0 * lineage_s / runtime_s if runtime_s > 0 else 0.0
+    if input_bytes > 0:
+        ratio = lineage_bytes / input_bytes
+        times = f"{ratio:.1f}x" if ratio >= 0.1 else f"{ratio:.2g}x"
+        size = f"{times} its inputs' {human_bytes(input_bytes)}"
+    else:
+        size = "its inputs take 0 B"
+    return (f"capturing and storing its lineage took {_seconds(lineage_s)} of "
+            f"{_seconds(runtime_s)} ({share:.0f}%) and {human_bytes(lineage_bytes)}, {size}; "
+            f"{cheaper_lineage(op, strategies)}")
+
+
+def _seconds(t: float) -> str:
+    """``t`` seconds: one decimal from a second up, two significant digits below.
+
+    >>> _seconds(3.14159), _seconds(0.0123), _seconds(125.0)
+    ('3.1 s', '0.012 s', '125.0 s')
+    """
+    return f"{t:.1f} s" if t >= 1 else f"{t:.2g} s" if t >= 0.001 else f"{t:.1g} s"
+
+
+def cheaper_lineage(op: Operator, strategies: Sequence[Strategy]) -> str:
+    """The cheaper way to keep ``op``'s lineage than the stored ``strategies``, from the
+    modes it supports: its mapping functions (``MAP``, nothing stored), else payloads
+    (``COMP``, then ``PAY``) where it stored full pairs, else declaring them in its code,
+    or a disk budget.
+
+    >>> from subzero.modes import PAY_ONE_BWD
+    >>> class Stars(Operator):
+    ...     def supported_modes(self):
+    ...         return frozenset({Mode.PAY, Mode.FULL, Mode.BLACKBOX})
+    ...     def run(self, ctx, x):
+    ...         return x
+    >>> print(cheaper_lineage(Stars(), [PAY_ONE_BWD]))
+    it stores the cheapest lineage it declares: run it as blackbox (queries re-execute
+    it), or cap the run's lineage with --max-disk (queries re-execute what does not fit)
+    """
+    modes = op.supported_modes()
+    stored = {s.mode for s in strategies if s.stored}
+    budget = "cap the run's lineage with --max-disk (queries re-execute what does not fit)"
+    if Mode.MAP in modes:
+        return ('its mapping functions store nothing: run it as map (--strategy subzero '
+                'or blackbox-opt, or ["map"] for it in a plan)')
+    if Mode.COMP in modes and Mode.COMP not in stored:
+        return ('store composite lineage instead (COMP: payloads only where its default '
+                'mapping is not its lineage; --strategy subzero, or ["comp-one-bwd"] for it '
+                f'in a plan), or {budget}')
+    if Mode.PAY in modes and Mode.FULL in stored and Mode.PAY not in stored:
+        return ('store its payloads instead of full pairs (PAY: --strategy subzero, or '
+                f'["pay-one-bwd"] for it in a plan), or {budget}')
+    if stored & {Mode.PAY, Mode.COMP}:
+        return ("it stores the cheapest lineage it declares: run it as blackbox (queries "
+                f"re-execute it), or {budget}")
+    return ("declare it as payloads (COMP/PAY with map_p) or a mapping function (MAP with "
+            f"map_b/map_f) in its code (see operators.udf), or {budget}")
+
+
+def _record_stage(r: _Run, st: _Stage) -> str | None:
+    """The stage's shards, statistics, timings and output array in the catalog; the
+    operator's lineage warning (:func:`lineage_warning`), if any, which its catalog note
+    and the run's warnings keep."""
     name, op = st.name, r.wf.ops[st.name]
     r.cat.add_shards(r.rid, st.rows)
     for sname in {row["strategy"] for row in st.rows}:
@@ -704,6 +839,11 @@ def _record_stage(r: _Run, st: _Stage) -> None:
     lineage_task_s = st.total("capture_s") + st.total("store_s")
     frac = (lineage_task_s / task_s) if task_s > 0 else 0.0
     base = st.wall_s * (1.0 - frac)
+    in_bytes = sum(arrays.logical_bytes(s, d) for s, d in zip(op.in_shapes, op.in_dtypes))
+    warning = lineage_warning(op, st.strategies, st.wall_s, st.wall_s - base, lin_bytes,
+                              in_bytes)
+    if warning is not None:  # shown by 'subzero show' with the disk budget's note
+        st.note = "; ".join(filter(None, [st.note, warning]))
     r.cat.set_op_stats(
         r.rid, name, status="complete", runtime_s=st.wall_s, runtime_nolineage_s=base,
         task_s=task_s, compute_s=st.total("run_s") - st.total("capture_s"),
@@ -721,6 +861,11 @@ def _record_stage(r: _Run, st: _Stage) -> None:
         "lineage_bytes": lin_bytes, "strategies": [s.name for s in st.strategies],
         **({"note": st.note} if st.note else {}),
     })
+    if warning is None:
+        return None
+    line = f"operator {name!r} ({type(op).__name__}): {warning}"
+    r.warnings.append(line)
+    return line
 
 
 def _finish(r: _Run, runtime: float) -> None:
@@ -777,7 +922,10 @@ def run_workflow(
     ``max_disk`` budget, so the budget drops the same operators' shards in every run).
 
     ``notify(line)`` hears what the run does (see the module docstring); with ``progress``
-    it also hears the operators done when stderr is not a terminal.
+    it also hears the operators done when stderr is not a terminal. An operator whose
+    stored lineage costs more than the operator (:func:`lineage_warning`) is said once, as
+    its stage is recorded; the result's ``warnings`` and the operator's catalog note keep
+    the line, with or without ``notify``.
 
     ``where`` is ``"auto"`` (default), ``"spark"`` or ``"driver"``: under ``auto`` a small
     run on a local master executes in this process, without Spark jobs (nor a session, if
@@ -842,7 +990,8 @@ def run_workflow(
         )
     r = _Run(wf, home, rid, cat, chunking, spark, max_disk, resolved, origins=origins,
              threads=cores, direct=direct_arrays(wf, stages), combined=combined,
-             partial_of=_partial_of(wf, combined), code=manifest.operator_code(doc))
+             partial_of=_partial_of(wf, combined), code=manifest.operator_code(doc),
+             notify=notify)
     if spark is not None:
         ship_user_code(spark, manifest.module_records(doc).values())
     t_start = time.perf_counter()
@@ -858,7 +1007,8 @@ def run_workflow(
         _finish(r, runtime)
         r.operators.sort(key=lambda o: wf.order.index(o["name"]))
         return RunResult(rid, wf.name, label, runtime, r.input_bytes, r.lineage_bytes,
-                         r.operators, len(stages), most, _peak_rss(), origins, placed)
+                         r.operators, len(stages), most, _peak_rss(), origins, placed,
+                         list(r.warnings))
     except BaseException as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         full = is_disk_full(e)

@@ -275,7 +275,8 @@ def run_task(job: TaskJob, memory: Memory | None = None, producers: Producers | 
         blocks = [] if job.combined is not None else _inputs(
             job, ch.in_boxes, memory if memory is not None else {}, producers or {})
         t_read = time.perf_counter()
-        supports_full = Mode.FULL in op.supported_modes()
+        supported = op.supported_modes()
+        supports_full = Mode.FULL in supported
         run_modes = job.modes
         if Mode.FULL in job.modes and not supports_full:
             run_modes = (job.modes - {Mode.FULL}) or frozenset({Mode.BLACKBOX})
@@ -283,7 +284,10 @@ def run_task(job: TaskJob, memory: Memory | None = None, producers: Producers | 
         out = (op.run(ctx, *blocks) if job.combined is None
                else op.run_combined(ctx, job.combined))
         if Mode.FULL in job.modes and not supports_full:
-            op.trace_all_to_all(ctx)  # the paper's default for operators that expose nothing
+            if Mode.MAP in supported:  # exact mapping functions: their pairs
+                op.trace_mapped(ctx)
+            else:  # the paper's default for operators that expose nothing
+                op.trace_all_to_all(ctx)
         t_run = time.perf_counter()
         out = np.asarray(out)
         if out.shape != ch.out_box.shape:

@@ -11,7 +11,10 @@ operator with the method :class:`~subzero.query.choice.MethodChoice` picks:
     lineage read from its shards (:mod:`subzero.query.stored`);
 ``reexec``
     the operator re-executed in tracing mode on the tiles the frontier touches
-    (:mod:`subzero.query.reexec`);
+    (:mod:`subzero.query.reexec`). An operator with exact mapping functions that cannot
+    trace (``MAP`` but not ``FULL``) is not re-executed: its mapping functions give what
+    tracing it reports (:meth:`~subzero.operator.Operator.trace_mapped`), without running it,
+    and the step says ``map`` with the note :data:`MAPPED_NOTE`;
 ``entire-array``
     the frontier is full and the operator's ``all_to_all(i)`` says the result is full too.
 
@@ -40,6 +43,27 @@ from subzero.query.paths import check_array, check_path, dag_steps
 from subzero.query.reexec import chunks_touched, reexecute_join
 from subzero.query.results import LineageResult, Step
 from subzero.query.stored import ShardReaders, read_full, read_payload
+
+#: the note of a black-box step that an operator's mapping functions answered
+MAPPED_NOTE = "black box: answered with its mapping functions"
+
+
+def maps_instead_of_tracing(op: Operator) -> bool:
+    """Whether a black-box step of ``op`` is answered with its mapping functions: it
+    supports ``MAP`` (exact mapping functions) but not ``FULL``, so tracing it reports
+    what they map (:meth:`~subzero.operator.Operator.trace_mapped`), one cell at a time.
+
+    >>> from subzero.modes import Mode
+    >>> class Op:
+    ...     def __init__(self, *modes): self.modes = frozenset(modes)
+    ...     def supported_modes(self): return self.modes
+    >>> maps_instead_of_tracing(Op(Mode.MAP, Mode.BLACKBOX))
+    True
+    >>> maps_instead_of_tracing(Op(Mode.MAP, Mode.FULL, Mode.BLACKBOX))
+    False
+    """
+    modes = op.supported_modes()
+    return Mode.MAP in modes and Mode.FULL not in modes
 
 
 class QueryExecutor:
@@ -222,8 +246,10 @@ class QueryExecutor:
                 except DamagedError as e:
                     if method != "auto":
                         raise
-                    res, used = self._reexec(op, i, backward, f), "reexec"
-                    note = (f"{str(e).split(';')[0]}; re-executed instead (run "
+                    res, used, _ = self._blackbox(op, i, backward, f)
+                    instead = ("answered with its mapping functions" if used == "map"
+                               else "re-executed")
+                    note = (f"{str(e).split(';')[0]}; {instead} instead (run "
                             f"'subzero verify {self.run.id}')")
                     return res, Step(op_name, i, used, n_in, res.n, time.perf_counter() - t0,
                                      note, self._ran_changed_code(op_name, used))
@@ -231,7 +257,8 @@ class QueryExecutor:
                     note = (f"switched from stored:{strategy.name} after "
                             f"{max(budget, self.min_switch_s):.3f} s")
                     try:
-                        res, used = self._reexec(op, i, backward, f), "reexec"
+                        res, used, how = self._blackbox(op, i, backward, f)
+                        note = _notes(note, how)
                     except DamagedError as e:  # an array it reads is damaged: read on
                         if method != "auto":
                             raise
@@ -240,7 +267,7 @@ class QueryExecutor:
                                 "instead")
             else:
                 try:
-                    res, used = self._reexec(op, i, backward, f), "reexec"
+                    res, used, note = self._blackbox(op, i, backward, f)
                 except DamagedError as e:  # an array it reads is damaged: stored lineage?
                     stored = [s for kind, s in self.methods(op_name) if kind == "stored"]
                     if method != "auto" or not stored:
@@ -282,6 +309,17 @@ class QueryExecutor:
         except LookupTimeout:
             return None
 
+    def _blackbox(self, op: Operator, i: int, backward: bool, f: Frontier
+                  ) -> tuple[Frontier, str, str]:
+        """A black-box step: ``(answer, method, note)``. An operator whose mapping
+        functions are what tracing it reports (:func:`maps_instead_of_tracing`) is answered
+        with them, on the frontier's cells, instead of re-executed; any other is
+        re-executed on the tiles the frontier touches."""
+        if maps_instead_of_tracing(op):
+            out_shape = op.in_shapes[i] if backward else op.out_shape
+            return self._map(op, i, backward, f, out_shape), "map", MAPPED_NOTE
+        return self._reexec(op, i, backward, f), "reexec", ""
+
     def _reexec(self, op: Operator, i: int, backward: bool, front: Frontier) -> Frontier:
         f = front.mask
         tiles, cells = self.tiles(op, i, backward, f)
@@ -294,3 +332,8 @@ class QueryExecutor:
         if where == "driver" and tiles:
             self.choice.record_reexec(op.name, cells, time.perf_counter() - t0)
         return Frontier(res.shape, mask=res)
+
+
+def _notes(*notes: str) -> str:
+    """A step's notes in one line, the empty ones left out."""
+    return "; ".join(n for n in notes if n)
