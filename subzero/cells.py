@@ -59,23 +59,56 @@ def strides(shape: Shape) -> np.ndarray:
     return st
 
 
-@dataclass(frozen=True)
+def _all_ints(lo: tuple, hi: tuple) -> bool:
+    """Whether every value of two tuples is exactly a Python ``int`` (not a bool or a
+    numpy integer)."""
+    for v in lo:
+        if type(v) is not int:
+            return False
+    for v in hi:
+        if type(v) is not int:
+            return False
+    return True
+
+
+@dataclass(frozen=True, init=False)
 class Box:
     """A half-open rectangle of cells ``[lo, hi)`` in global coordinates.
 
+    Parameters
+    ----------
+    lo, hi : the corners, any sequences of integers of one length; they are stored as
+        tuples of Python ints.
+
+    Raises
+    ------
+    CellError
+        If ``lo`` and ``hi`` differ in length.
+
+    Examples
+    --------
     >>> b = Box((0, 2), (2, 4))
     >>> b.shape, b.size, b.slices
     ((2, 2), 4, (slice(0, 2, None), slice(2, 4, None)))
+    >>> Box([np.int64(1)], (3.0,))
+    Box(lo=(1,), hi=(3,))
     """
 
     lo: tuple[int, ...]
     hi: tuple[int, ...]
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "lo", tuple(int(v) for v in self.lo))
-        object.__setattr__(self, "hi", tuple(int(v) for v in self.hi))
-        if len(self.lo) != len(self.hi):
-            raise CellError(f"box corners differ in rank: lo={self.lo}, hi={self.hi}")
+    def __init__(self, lo: Sequence[int], hi: Sequence[int]) -> None:
+        # UDFs build one box per cell, so corners that are already tuples of Python ints
+        # are stored as given (a type test per value); anything else is rebuilt with int()
+        if type(lo) is not tuple or type(hi) is not tuple or not _all_ints(lo, hi):
+            lo = tuple(int(v) for v in lo)
+            hi = tuple(int(v) for v in hi)
+        if len(lo) != len(hi):
+            raise CellError(f"box corners differ in rank: lo={lo}, hi={hi}")
+        # a frozen dataclass: fields are set on the instance dict, bypassing __setattr__
+        d = self.__dict__
+        d["lo"] = lo
+        d["hi"] = hi
 
     @classmethod
     def full(cls, shape: Sequence[int]) -> "Box":

@@ -8,21 +8,28 @@ asks for ``FULL``, ``PAY`` or ``COMP`` lineage, the operator reports region pair
 - ``ctx.lwrite_pairs(outcells, *incells)`` / ``ctx.lwrite_pairs(outcells, payloads=...)``:
   many pairs in one call (the fast path: per-pixel lineage of a million pixels is one call).
 
-Cells are in *global* coordinates, in any form :func:`subzero.cells.as_linear` accepts. The
-context buffers pairs per task as :class:`~subzero.lineage.PairBatch` objects; the engine
-hands them to one :class:`~subzero.lineage.LineageSink` per stored strategy when the task
-ends.
+Cells are in *global* coordinates, in any form :func:`subzero.cells.as_linear` accepts, or a
+single integer (one linear index). The context keeps pairs per task as
+:class:`~subzero.lineage.PairBatch` objects; the engine hands them to one
+:class:`~subzero.lineage.LineageSink` per stored strategy when the task ends.
+
+``lwrite`` may be called once per cell, so a call only keeps its cells as plain data (a
+:class:`_CellColumn` per side); the calls become one ``PairBatch`` in bulk when the pairs
+are read back, before an ``lwrite_pairs`` batch (to keep the calls' order), and whenever
+more than :attr:`TaskContext.buffer_limit` calls wait. The batch is the one the
+equivalent ``lwrite_pairs`` call records. Cells outside the arrays raise the
+:class:`~subzero.errors.CellError` the call would have raised, at conversion time.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from subzero.cells import Box, Ragged, as_linear
+from subzero.cells import Box, Ragged, as_linear, size_of, strides
 from subzero.errors import CellError
 from subzero.lineage import PairBatch
 from subzero.modes import Mode, Strategy
@@ -83,6 +90,330 @@ def _payload_ragged(payloads: Any, n: int) -> Ragged:
     return Ragged.from_rows([np.frombuffer(bytes(p), dtype=np.uint8) for p in rows], np.uint8)
 
 
+_clock = time.perf_counter
+
+# the form of one held ``lwrite`` cell argument (see _CellColumn)
+_COORD, _LIN, _BOX, _NONE, _ARRAY = range(5)
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _one_cells(cells: Any, shape: tuple[int, ...], what: str, none_ok: bool) -> np.ndarray:
+    """The linear indices of one ``lwrite`` cell argument, converted on its own.
+
+    This is the rule a :class:`_CellColumn` follows in bulk: ``None`` is no cells when
+    ``none_ok`` (an input without lineage), an integer is one linear index, and anything
+    else goes to :func:`subzero.cells.as_linear`.
+
+    Raises
+    ------
+    CellError
+        Naming ``what`` and the bad value, as :func:`~subzero.cells.as_linear` does.
+
+    Examples
+    --------
+    >>> _one_cells(7, (3, 4), "cells", False), _one_cells(None, (3, 4), "cells", True)
+    (array([7], dtype=uint64), array([], dtype=uint64))
+    """
+    if cells is None and none_ok:
+        return np.empty(0, dtype=np.uint64)
+    if type(cells) is int or isinstance(cells, np.integer):
+        cells = [cells]
+    return as_linear(cells, shape, what)
+
+
+class _CellColumn:
+    """One side (the output cells, or one input's cells) of a task's buffered ``lwrite``
+    calls, held as plain data and converted to linear indices in bulk.
+
+    Per call, ``hold(cells)`` keeps a form code in ``kinds`` and the integers the form
+    needs in ``ints``: a coordinate tuple of Python ints (alone or as the one item of a
+    list) keeps its ``ndim`` values, a Python int (a linear index) itself, a :class:`Box`
+    its ``lo`` then ``hi``, ``None`` (an input without lineage) nothing. Any other argument
+    is converted at the call by :func:`_one_cells` and its linear indices kept in
+    ``arrays``. Nothing refers to the caller's objects, so a list or array the caller
+    reuses cannot change what was recorded, and the garbage collector has no containers
+    to scan.
+
+    :meth:`ragged` converts every held call with a few numpy operations per form (boxes
+    grouped by their shape: the linear index of ``lo`` plus the shape's offsets in linear
+    space); row ``k`` equals ``_one_cells`` of call ``k``'s argument.
+
+    Parameters
+    ----------
+    shape : the shape of the array the cells lie in.
+    what : names the cells in errors (``"lwrite(op) input 0 cells"``).
+    none_ok : whether ``None`` is no cells (inputs) or an error (outputs).
+
+    Examples
+    --------
+    >>> col = _CellColumn((3, 4), "cells", False)
+    >>> for cells in ([(0, 1)], 5, Box((1, 1), (3, 3)), np.array([[2, 3]])):
+    ...     col.hold(cells)
+    >>> rows, bad = col.ragged()
+    >>> [r.tolist() for r in rows.rows()], bad
+    ([[1], [5], [5, 6, 9, 10], [11]], None)
+    >>> col.hold((3, 0)); col.ragged()[1]     # the first call with cells outside the array
+    4
+    """
+
+    __slots__ = ("shape", "what", "none_ok", "nd", "widths", "kinds", "ints", "arrays", "hold")
+
+    def __init__(self, shape: Sequence[int], what: str, none_ok: bool) -> None:
+        self.shape = tuple(int(v) for v in shape)
+        self.what = what
+        self.none_ok = none_ok
+        nd = len(self.shape)
+        self.nd = nd if nd else -1  # a 0-d array: every argument goes through as_linear
+        self.widths = (nd, 1, 2 * nd, 0, 0)  # values in ``ints`` per form
+        self.kinds = bytearray()
+        self.ints: list[int] = []
+        self.arrays: list[np.ndarray] = []
+        self.hold = self._holder()
+
+    def _holder(self) -> Callable[[Any], None]:
+        """``hold(cells)``: keep one call's argument. It raises, keeping nothing, when
+        ``as_linear`` refuses an argument of a form converted at the call.
+
+        A closure over the column's lists and their bound methods, since it runs once per
+        ``lwrite`` call.
+        """
+        nd, shape, what, none_ok = self.nd, self.shape, self.what, self.none_ok
+        kind, extend, append = self.kinds.append, self.ints.extend, self.ints.append
+        arrays = self.arrays
+
+        def hold(cells: Any) -> None:
+            tc = type(cells)
+            if tc is list:
+                if len(cells) == 1:
+                    one = cells[0]
+                    if type(one) is tuple and len(one) == nd:
+                        for v in one:
+                            if type(v) is not int:
+                                break
+                        else:
+                            extend(one)
+                            kind(_COORD)
+                            return
+                    elif type(one) is int:
+                        append(one)
+                        kind(_LIN)
+                        return
+            elif tc is Box:
+                lo = cells.lo
+                if len(lo) == nd:  # a Box holds tuples of Python ints
+                    extend(lo)
+                    extend(cells.hi)
+                    kind(_BOX)
+                    return
+            elif tc is tuple:
+                if len(cells) == nd:
+                    for v in cells:
+                        if type(v) is not int:
+                            break
+                    else:
+                        extend(cells)
+                        kind(_COORD)
+                        return
+            elif tc is int:
+                append(cells)
+                kind(_LIN)
+                return
+            elif cells is None and none_ok:
+                kind(_NONE)
+                return
+            lin = _one_cells(cells, shape, what, none_ok)
+            if isinstance(cells, np.ndarray) and np.may_share_memory(lin, cells):
+                lin = lin.copy()  # the caller may reuse its array
+            arrays.append(lin)
+            kind(_ARRAY)
+
+        return hold
+
+    def __len__(self) -> int:
+        return len(self.kinds)
+
+    def _start(self, k: int) -> int:
+        """Where call ``k``'s values begin in ``ints``."""
+        return sum(map(self.widths.__getitem__, self.kinds[:k]))
+
+    def pop(self) -> None:
+        """Forget the last call (a call whose other cells were refused)."""
+        kind = self.kinds.pop()
+        w = self.widths[kind]
+        if w:
+            del self.ints[-w:]
+        if kind == _ARRAY:
+            self.arrays.pop()
+
+    def clear(self) -> None:
+        del self.kinds[:]
+        self.ints.clear()
+        self.arrays.clear()
+
+    def cut(self, k: int) -> "_CellColumn":
+        """Forget calls ``0..k``; return a column holding calls ``0..k-1``."""
+        s, a = self._start(k), self.kinds[:k].count(_ARRAY)
+        head = _CellColumn(self.shape, self.what, self.none_ok)
+        head.kinds[:] = self.kinds[:k]
+        head.ints[:] = self.ints[:s]
+        head.arrays[:] = self.arrays[:a]
+        kind = self.kinds[k]
+        del self.kinds[:k + 1]
+        del self.ints[:s + self.widths[kind]]
+        del self.arrays[:a + (kind == _ARRAY)]
+        return head
+
+    def check(self, k: int) -> None:
+        """Convert call ``k``'s argument on its own: raises what ``lwrite`` raised for it
+        when every call was converted at once."""
+        kind, s, nd, ints = self.kinds[k], self._start(k), self.nd, self.ints
+        if kind == _COORD:
+            cells: Any = tuple(ints[s:s + nd])
+        elif kind == _LIN:
+            cells = ints[s]
+        elif kind == _BOX:
+            cells = Box(tuple(ints[s:s + nd]), tuple(ints[s + nd:s + 2 * nd]))
+        else:
+            return  # None and arrays were converted at the call
+        _one_cells(cells, self.shape, self.what, self.none_ok)
+
+    def _values(self, width: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``ints`` as int64, and a mask of the calls holding a value beyond int64 (which
+        ``as_linear`` refuses)."""
+        n, ints = len(width), self.ints
+        try:
+            return np.fromiter(ints, np.int64, len(ints)), np.zeros(n, dtype=bool)
+        except OverflowError:
+            lo, hi = _INT64
+            ok = np.fromiter((lo <= v <= hi for v in ints), bool, len(ints))
+            vals = np.fromiter((v if lo <= v <= hi else 0 for v in ints), np.int64, len(ints))
+            over = np.zeros(n, dtype=bool)
+            over[np.repeat(np.arange(n), width)[~ok]] = True
+            return vals, over
+
+    def ragged(self) -> tuple[Ragged | None, int | None]:
+        """Every held call as a Ragged of linear indices (uint64, one row per call) and
+        None; or None and the first call whose cells ``as_linear`` refuses."""
+        n, nd, shape = len(self.kinds), max(self.nd, 0), self.shape
+        kinds = np.frombuffer(bytes(self.kinds), dtype=np.uint8)
+        one_form = bool(n) and kinds.min() == kinds.max()
+        width = np.asarray(self.widths, dtype=np.int64)[kinds]
+        vals, bad = self._values(width)
+        if one_form and width[0]:  # each call's values are one row of a table: no gather
+            table = vals.reshape(n, -1)
+            start = None
+        else:
+            start = np.zeros(n, dtype=np.int64)
+            np.cumsum(width[:-1], out=start[1:])
+        st = [int(v) for v in strides(shape)]
+
+        def of_form(form: int) -> np.ndarray:
+            """The calls holding cells of ``form``."""
+            if one_form:
+                return np.arange(n) if kinds[0] == form else np.empty(0, dtype=np.int64)
+            return np.flatnonzero(kinds == form)
+
+        def column(calls: np.ndarray, j: int) -> np.ndarray:
+            """Value ``j`` of each call in ``calls`` (all of one form)."""
+            return table[:, j] if start is None else vals[start[calls] + j]
+
+        lens = np.zeros(n, dtype=np.int64)
+        # (calls, their linear indices end to end, cells per call: an int when uniform)
+        fills: list[tuple[np.ndarray, np.ndarray, Any]] = []
+        for form in (_COORD, _LIN):
+            calls = of_form(form)
+            if not len(calls):
+                continue
+            if form == _LIN:
+                lin = column(calls, 0)
+                out = lin.view(np.uint64) >= size_of(shape)  # negatives wrap to large values
+            else:
+                lin = np.zeros(len(calls), dtype=np.int64)
+                out = np.zeros(len(calls), dtype=bool)
+                for d in range(nd):
+                    c = column(calls, d)
+                    out |= c.view(np.uint64) >= shape[d]
+                    lin += c * st[d]
+            bad[calls] |= out
+            lens[calls] = 1
+            fills.append((calls, lin, 1))
+        boxes = of_form(_BOX)
+        if len(boxes):
+            lo = [column(boxes, d) for d in range(nd)]
+            hi = [column(boxes, nd + d) for d in range(nd)]
+            full = np.ones(len(boxes), dtype=bool)
+            outside = np.zeros(len(boxes), dtype=bool)
+            for d in range(nd):
+                full &= hi[d] > lo[d]
+                outside |= (lo[d] < 0) | (hi[d] > shape[d])
+            # an empty box has no cells wherever it lies; any other must lie inside
+            bad[boxes] |= outside & full
+        arrays = of_form(_ARRAY)
+        if len(arrays):
+            lens[arrays] = np.fromiter(map(len, self.arrays), np.int64, len(arrays))
+            fills.append((arrays, np.concatenate(self.arrays), lens[arrays]))
+        if bad.any():
+            return None, int(np.argmax(bad))
+        if len(boxes):
+            fills.append(_box_cells(boxes, lo, hi, full, shape, st))
+            lens[boxes] = fills[-1][2]
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lens, out=offsets[1:])
+        if len(fills) == 1 and len(fills[0][0]) == n:  # calls of one form: cells in order
+            return Ragged(fills[0][1].astype(np.uint64, copy=False), offsets), None
+        values = np.empty(int(offsets[-1]), dtype=np.uint64)
+        for calls, lin, counts in fills:
+            if isinstance(counts, int):
+                at = offsets[calls] if counts == 1 else (
+                    offsets[calls][:, None] + np.arange(counts)).reshape(-1)
+            else:  # each call's first cell, then the cells after it in its row
+                at = np.repeat(offsets[calls] - (np.cumsum(counts) - counts), counts)
+                at += np.arange(len(at))
+            values[at] = lin
+        return Ragged(values, offsets), None
+
+
+def _box_cells(calls: np.ndarray, lo: list[np.ndarray], hi: list[np.ndarray], full: np.ndarray,
+               shape: tuple[int, ...], st: list[int]) -> tuple[np.ndarray, np.ndarray, Any]:
+    """The cells of boxes inside an array of ``shape`` (``lo``, ``hi``: one array per axis;
+    ``full``: the boxes that are not empty), each box's in C order, boxes in order.
+
+    Returns ``(calls, linear indices end to end, cells per box)``. Linear indices are
+    ``lo``'s plus the offsets of the box's shape: one broadcast add over a grid of the
+    largest box's shape with a mask per axis, or, when boxes differ so much in shape that
+    the grid would be mostly masked, one add per distinct shape.
+    """
+    nd = len(shape)
+    ext = [np.where(full, h - l, 0) for l, h in zip(lo, hi)]
+    base = np.zeros(len(calls), dtype=np.int64)
+    counts = np.ones(len(calls), dtype=np.int64)
+    for d in range(nd):
+        base += np.where(full, lo[d], 0) * st[d]
+        counts *= ext[d]
+    top = tuple(int(e.max()) for e in ext)
+    grid_size = size_of(top)
+    if len(calls) * grid_size <= 2 * int(counts.sum()) + len(calls):
+        grid = np.indices(top, dtype=np.int64).reshape(nd, -1)
+        offs = sum((grid[d] * st[d] for d in range(nd)), np.zeros(grid_size, dtype=np.int64))
+        keep = np.ones((len(calls), grid_size), dtype=bool)
+        for d in range(nd):
+            keep &= grid[d] < ext[d][:, None]
+        return calls, (base[:, None] + offs)[keep], counts
+    sel = np.flatnonzero(full)
+    key = np.zeros(len(sel), dtype=np.int64)  # each box's shape as a linear index
+    for d in range(nd):
+        key += (ext[d][sel] - 1) * st[d]
+    parts, order = [], []
+    for k in np.unique(key):
+        g = sel[key == k]
+        box = Box((0,) * nd, tuple(int(e) + 1 for e in np.unravel_index(int(k), shape)))
+        parts.append((base[g][:, None] + box.linear(shape).astype(np.int64)).reshape(-1))
+        order.append(np.repeat(g, box.size))
+    # the groups' cells back in call order (a stable sort keeps each box's cells in order)
+    where = np.argsort(np.concatenate(order), kind="stable")
+    return calls, np.concatenate(parts)[where], counts
+
+
 class TaskContext:
     """What ``Operator.run`` receives: the chunk, the lineage modes asked for, ``lwrite``.
 
@@ -91,7 +422,15 @@ class TaskContext:
     chunk : the task's :class:`ChunkContext`.
     modes : lineage modes to produce; ``{BLACKBOX}`` means produce none.
     op_name : for error messages.
+
+    Attributes
+    ----------
+    capture_s : seconds spent recording lineage: in ``lwrite`` and ``lwrite_pairs`` calls
+        and in converting buffered calls.
+    buffer_limit : ``lwrite`` calls buffered before they are converted (bounded memory).
     """
+
+    buffer_limit: int = 1 << 16
 
     def __init__(self, chunk: ChunkContext, modes: frozenset[Mode], op_name: str = "?") -> None:
         self.chunk = chunk
@@ -99,6 +438,21 @@ class TaskContext:
         self.op_name = op_name
         self._full: list[PairBatch] = []
         self._pay: list[PairBatch] = []
+        self._n_in = len(chunk.in_shapes)
+        # lwrite calls not converted yet: full pairs (output, then each input) ...
+        what = f"lwrite({op_name})"
+        self._out_cells = _CellColumn(chunk.out_shape, f"{what} output cells", False)
+        self._in_cells = tuple(_CellColumn(shape, f"{what} input {i} cells", True)
+                               for i, shape in enumerate(chunk.in_shapes))
+        # ... and payload pairs (output cells, payload bytes end to end, their lengths)
+        self._pay_cells = _CellColumn(chunk.out_shape, f"{what} output cells", False)
+        self._pay_bytes = bytearray()
+        self._pay_lens: list[int] = []
+        # looked up once per lwrite call
+        self._out_kinds = self._out_cells.kinds
+        self._hold_out = self._out_cells.hold
+        self._hold_ins = tuple(col.hold for col in self._in_cells)
+        self._hold_pay = self._pay_cells.hold
         self.capture_s = 0.0
 
     # -- what the operator should produce -------------------------------------------------
@@ -122,46 +476,123 @@ class TaskContext:
         return len(self.chunk.in_shapes)
 
     # -- lwrite ---------------------------------------------------------------------------
-    def _out(self, cells: Any) -> np.ndarray:
-        return as_linear(cells, self.chunk.out_shape, f"lwrite({self.op_name}) output cells")
-
-    def _in(self, i: int, cells: Any) -> np.ndarray:
-        if cells is None:
-            return np.empty(0, dtype=np.uint64)
-        return as_linear(cells, self.chunk.in_shapes[i], f"lwrite({self.op_name}) input {i} cells")
-
     def lwrite(self, outcells: Any, *incells: Any, payload: bytes | None = None) -> None:
         """Record one region pair: ``outcells`` depend on ``incells`` (or on a payload).
 
+        The call is buffered and converted with the calls around it; the pairs are those
+        of one :meth:`lwrite_pairs` call with the same cells, in call order.
+
+        Parameters
+        ----------
+        outcells : output cells: a coordinate tuple, a list of them, a linear index, a
+            :class:`~subzero.cells.Box`, or any form :func:`~subzero.cells.as_linear`
+            accepts.
+        *incells : one cell set per input, in the same forms, or ``None`` for an input
+            without lineage. Not given with a payload.
+        payload : bytes stored for the output cells instead of input cells (PAY, COMP).
+
+        Raises
+        ------
+        CellError
+            Naming the operator and the bad value. At the call: cells for the wrong
+            number of inputs, cells and a payload together, or cells in a form
+            ``as_linear`` refuses. Coordinates, linear indices and boxes outside the
+            arrays are found when the calls are converted (reading the pairs back, a
+            later ``lwrite_pairs``, a full buffer), which then raises; the refused call
+            records nothing and the calls before and after it are kept.
+
+        Examples
+        --------
         >>> ctx.lwrite(Box((0, 0), (2, 2)), np.array([[5, 5]]))     # doctest: +SKIP
         >>> ctx.lwrite([(3, 4)], payload=b"\\x03")                   # doctest: +SKIP
         """
-        t = time.perf_counter()
-        out = self._out(outcells)
-        if payload is not None:
-            if incells:
-                raise CellError(f"lwrite({self.op_name}): give input cells or a payload, not both")
-            pay = np.frombuffer(bytes(payload), dtype=np.uint8)
-            self._pay.append(
-                PairBatch(
-                    Ragged(out, np.array([0, len(out)], dtype=np.int64)),
-                    payload=Ragged(pay, np.array([0, len(pay)], dtype=np.int64)),
-                )
-            )
-        else:
-            if len(incells) != self.n_inputs:
+        t = _clock()
+        if payload is None:
+            if len(incells) != self._n_in:
                 raise CellError(
                     f"lwrite({self.op_name}): got cells for {len(incells)} inputs; the operator "
-                    f"has {self.n_inputs} (pass None for an input with no lineage)"
+                    f"has {self._n_in} (pass None for an input with no lineage)"
                 )
-            ins = tuple(self._in(i, c) for i, c in enumerate(incells))
-            self._full.append(
-                PairBatch(
-                    Ragged(out, np.array([0, len(out)], dtype=np.int64)),
-                    ins=tuple(Ragged(v, np.array([0, len(v)], dtype=np.int64)) for v in ins),
-                )
-            )
-        self.capture_s += time.perf_counter() - t
+            self._hold_out(outcells)
+            holds = self._hold_ins
+            try:
+                if len(holds) == 1:
+                    holds[0](incells[0])
+                else:
+                    for hold, cells in zip(holds, incells):
+                        hold(cells)
+            except BaseException:  # the call records nothing
+                n = len(self._out_cells) - 1
+                for col in (self._out_cells,) + self._in_cells:
+                    if len(col) > n:
+                        col.pop()
+                raise
+            if len(self._out_kinds) > self.buffer_limit:
+                self._convert_full()
+        else:
+            if incells:
+                raise CellError(f"lwrite({self.op_name}): give input cells or a payload, not both")
+            if type(payload) is not bytes:
+                payload = bytes(payload)  # a copy: the caller may reuse a bytearray
+            self._hold_pay(outcells)
+            self._pay_bytes += payload
+            self._pay_lens.append(len(payload))
+            if len(self._pay_lens) > self.buffer_limit:
+                self._convert_pay()
+        self.capture_s += _clock() - t
+
+    def _convert_full(self) -> None:
+        """Buffered full-lineage calls -> one PairBatch after the task's others."""
+        cols = (self._out_cells,) + self._in_cells
+        if not len(cols[0]):
+            return
+        got = [col.ragged() for col in cols]
+        bad = [k for _, k in got if k is not None]
+        if bad:
+            k = min(bad)
+            err = self._refused(cols, k)
+            heads = [col.cut(k) for col in cols]  # the calls before k are kept
+            if k:
+                rows = [head.ragged()[0] for head in heads]
+                self._full.append(PairBatch(rows[0], ins=tuple(rows[1:])))
+            raise err
+        self._full.append(PairBatch(got[0][0], ins=tuple(r for r, _ in got[1:])))
+        for col in cols:
+            col.clear()
+
+    def _convert_pay(self) -> None:
+        """Buffered payload calls -> one PairBatch after the task's others."""
+        col, lens = self._pay_cells, self._pay_lens
+        if not len(col):
+            return
+        out, k = col.ragged()
+        if k is not None:
+            err = self._refused((col,), k)
+            head, cut = col.cut(k), sum(lens[:k])
+            if k:
+                self._pay.append(PairBatch(head.ragged()[0], payload=Ragged.from_lengths(
+                    np.frombuffer(self._pay_bytes, dtype=np.uint8, count=cut).copy(),
+                    np.asarray(lens[:k], dtype=np.int64))))
+            del self._pay_bytes[:cut + lens[k]]
+            del lens[:k + 1]
+            raise err
+        pay = np.frombuffer(self._pay_bytes, dtype=np.uint8).copy()
+        self._pay.append(PairBatch(out, payload=Ragged.from_lengths(
+            pay, np.asarray(lens, dtype=np.int64))))
+        col.clear()
+        del self._pay_bytes[:]
+        lens.clear()
+
+    def _refused(self, cols: Sequence[_CellColumn], k: int) -> Exception:
+        """The error buffered call ``k`` raises when converted alone (its output cells
+        first, then each input's)."""
+        for col in cols:
+            try:
+                col.check(k)
+            except Exception as e:  # noqa: BLE001 - raised by the caller
+                return e
+        return CellError(f"lwrite({self.op_name}): call {k} of the task has cells outside "
+                         f"the arrays")
 
     def _side(self, cells: Any, shape: tuple[int, ...], n: int | None, what: str) -> Ragged:
         if isinstance(cells, Ragged):
@@ -191,8 +622,13 @@ class TaskContext:
         ``incells`` is a Ragged, a one-cell-per-pair array, an ``(n, k, ndim)`` coordinate
         array (k cells per pair) or ``None`` (no lineage in that input). ``payloads`` is one
         ``bytes`` for all pairs, a list of bytes, a 2-d array (one row per pair) or a Ragged.
+        Buffered ``lwrite`` calls are converted first, so the pairs stay in call order.
         """
-        t = time.perf_counter()
+        t = _clock()
+        if payloads is None:
+            self._convert_full()
+        else:
+            self._convert_pay()
         what = f"lwrite_pairs({self.op_name})"
         out = self._side(outcells, self.chunk.out_shape, None, f"{what} output cells")
         n = len(out)
@@ -201,10 +637,10 @@ class TaskContext:
                 raise CellError(f"{what}: give input cells or payloads, not both")
             self._pay.append(PairBatch(out, payload=_payload_ragged(payloads, n)))
         else:
-            if len(incells) != self.n_inputs:
+            if len(incells) != self._n_in:
                 raise CellError(
                     f"{what}: got cells for {len(incells)} inputs; the operator has "
-                    f"{self.n_inputs} (pass None for an input with no lineage)"
+                    f"{self._n_in} (pass None for an input with no lineage)"
                 )
             ins = tuple(
                 Ragged.empty(n)
@@ -213,16 +649,34 @@ class TaskContext:
                 for i, c in enumerate(incells)
             )
             self._full.append(PairBatch(out, ins=ins))
-        self.capture_s += time.perf_counter() - t
+        self.capture_s += _clock() - t
 
     # -- what the runtime reads back ------------------------------------------------------
     def full_pairs(self) -> PairBatch | None:
+        """The task's full region pairs in call order (buffered calls converted now), or
+        None when there are none."""
+        if len(self._out_cells):
+            t = _clock()
+            try:
+                self._convert_full()
+            finally:
+                self.capture_s += _clock() - t
         return PairBatch.concat(self._full)
 
     def payload_pairs(self) -> PairBatch | None:
+        """The task's payload pairs in call order (buffered calls converted now), or None
+        when there are none."""
+        if self._pay_lens:
+            t = _clock()
+            try:
+                self._convert_pay()
+            finally:
+                self.capture_s += _clock() - t
         return PairBatch.concat(self._pay)
 
     def pairs_for(self, strategy: Strategy) -> PairBatch | None:
+        """The pairs stored for ``strategy``: full pairs for FULL, payload pairs for PAY
+        and COMP, None otherwise."""
         if strategy.mode is Mode.FULL:
             return self.full_pairs()
         if strategy.mode in (Mode.PAY, Mode.COMP):

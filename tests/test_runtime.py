@@ -32,8 +32,9 @@ def test_lwrite_payload_and_errors():
     assert p.is_payload and p.out.row(0).tolist() == [0, 1] and p.payload_bytes(0) == b"\x03"
     with pytest.raises(CellError, match="got cells for 1 inputs; the operator has 2"):
         ctx.lwrite([(0, 0)], [(1, 1)])
+    ctx.lwrite([(9, 9)], None, None)  # buffered: checked when the pairs are read back
     with pytest.raises(CellError, match=r"cell \(9, 9\) is outside"):
-        ctx.lwrite([(9, 9)], None, None)
+        ctx.full_pairs()
     with pytest.raises(CellError, match="not both"):
         ctx.lwrite([(0, 0)], [(1, 1)], payload=b"x")
 
