@@ -52,7 +52,9 @@ mapping functions expand it at query time.
 
 from __future__ import annotations
 
+import functools
 import inspect
+import time
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -615,6 +617,18 @@ _REL, _ABS, _CELLS = 1, 2, 3
 _ALL = 255  # a record for every input
 
 
+def _timed(method: Callable[..., None]) -> Callable[..., None]:
+    """A recording method whose time counts in its recorder's ``spent``."""
+    @functools.wraps(method)
+    def timed(self: "Lineage", *args: Any, **kwargs: Any) -> None:
+        t0 = time.perf_counter()
+        try:
+            method(self, *args, **kwargs)
+        finally:
+            self.spent += time.perf_counter() - t0
+    return timed
+
+
 class Lineage:
     """The recorder a :func:`cells` operator's function receives as ``lineage``.
 
@@ -634,6 +648,8 @@ class Lineage:
         self._ctx = ctx
         self._lo = np.asarray(block_lo, dtype=np.int64)
         self.records: list[tuple[int, np.ndarray, tuple[int, ...], Any]] = []
+        #: seconds spent in the recording calls (capture time)
+        self.spent = 0.0
 
     @classmethod
     def ignored(cls) -> "Lineage":
@@ -672,6 +688,7 @@ class Lineage:
                 c = a.astype(np.int64, copy=False).reshape(-1, nd)
         return c + self._lo
 
+    @_timed
     def around(self, cells: Any, radius: int | Sequence[int], inputs: Any = None) -> None:
         """Each of ``cells`` depends on the box of ``radius`` around it (clipped at the
         array's border) in ``inputs``."""
@@ -684,6 +701,7 @@ class Lineage:
                            f"{radius!r}.")
         self.records.append((_REL, c, self._inputs(inputs), (-r, r + 1)))
 
+    @_timed
     def boxes(self, cells: Any, lo: Any, hi: Any, inputs: Any = None) -> None:
         """Each of ``cells`` depends on the box ``[lo, hi)`` (input-block coordinates, one
         row per cell or one for all) of ``inputs``."""
@@ -708,6 +726,7 @@ class Lineage:
                     f"outside input {i} of shape {tuple(shape.tolist())}")
         self.records.append((_ABS, c, ins, (lo, hi)))
 
+    @_timed
     def cells(self, cells: Any, incells: Any, inputs: Any = None) -> None:
         """Each of ``cells`` (``n`` of them) depends on its ``k`` cells of ``incells``, an
         ``(n, k, ndim)`` array of input-block coordinates (the same for each input of
@@ -752,10 +771,15 @@ def _expand_boxes(lo: np.ndarray, hi: np.ndarray, shape: Shape) -> Ragged:
     np.cumsum(sizes, out=offsets[1:])
     values = np.empty(int(offsets[-1]), dtype=np.uint64)
     start = lo @ strides
-    kinds, inv = np.unique(ext, axis=0, return_inverse=True)
-    inv = inv.reshape(-1)
-    for k, e in enumerate(kinds):
-        rows = np.flatnonzero(inv == k)
+    # group the boxes by shape: one integer key per shape, sorted once
+    span = ext.max(axis=0) + 1
+    key = np.ravel_multi_index(tuple(ext.T), tuple(span)) if len(shape) else np.zeros(n, int)
+    order = np.argsort(key, kind="stable")
+    kinds, first = np.unique(key[order], return_index=True)
+    bounds = np.append(first, n)
+    for k in range(len(kinds)):
+        rows = order[bounds[k]:bounds[k + 1]]
+        e = ext[rows[0]]
         size = int(np.prod(e))
         if size == 0:
             continue
@@ -848,8 +872,10 @@ class _Cells(_Decorated, UDF):
             out = _whole_block(self, out)
         elif blocks and out.shape == blocks[0].shape and out.shape != ch.out_box.shape:
             out = out[ch.interior(0)]
-        if rec.wanted:
+        if rec.wanted:  # recording and emitting count as capture, as lwrite calls do
+            t0, before = time.perf_counter(), ctx.capture_s
             self._emit(ctx, rec)
+            ctx.capture_s = before + rec.spent + time.perf_counter() - t0
         return out
 
     def _records(self, ctx: TaskContext, rec: Lineage

@@ -1,0 +1,171 @@
+"""What lineage costs a UDF, by the way it is written (issue 41).
+
+On a 2001 x 513 float32 image, in the driver (one process, the run's own chunking):
+
+- a 3 x 3 median reporting lineage with one ``ctx.lwrite`` per pixel (``percell``), one
+  ``ctx.lwrite_pairs`` call per block (``pairs``), the decorators' vectorized call
+  (``cells``, stored as payloads under ``subzero`` and as pairs under ``full-one``), and
+  declared as the stencil it is (``stencil``: nothing stored), against no lineage;
+- a data-dependent cleaner (0.8 % of pixels flagged by a mask input, replaced by their
+  5 x 5 median) declared FULL by hand, through ``udf.cells`` (payloads, or pairs), and as
+  a black box.
+
+Each row gives the run's wall time (its one operator, its lineage stored), the operator's
+stage time, the time its lineage took to capture (``lwrite`` calls and their conversion,
+the decorators' recording) and to store (summed over tasks), the lineage's bytes, and the
+ratios to the black box's run and to the inputs' bytes: medians of ``--repeat`` runs taken
+in alternation. ``calls`` times the per-cell loop alone (a million ``lwrite`` calls and their
+conversion into pairs) beside the ``lwrite_pairs`` call it must match, and the time to
+store each of the two batches as a FullOne shard.
+
+    python benchmarks/bench_udf.py --out benchmarks/results/udf.json
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from _common import emit, parser
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # udf_cases, as a run records it
+
+import udf_cases  # noqa: E402
+from operators.base import box_neighbours  # noqa: E402
+from subzero.cells import Box  # noqa: E402
+from encoders.sink import write_shard  # noqa: E402
+from subzero.engine import layout  # noqa: E402
+from subzero.engine.catalog import Catalog  # noqa: E402
+from subzero.engine.runner import run_workflow  # noqa: E402
+from subzero.modes import FULL_ONE_BWD, Mode  # noqa: E402
+from subzero.runtime import ChunkContext, TaskContext  # noqa: E402
+
+STORE_PAIRS = 10  # alternating pairs of stores of the two batches
+
+CASES = [  # (name, workflow kind, strategy, baseline)
+    ("median per-cell lwrite", "percell", "full-one", "median-blackbox"),
+    ("median lwrite_pairs", "pairs", "full-one", "median-blackbox"),
+    ("median udf.cells (payloads)", "cells", "subzero", "median-blackbox"),
+    ("median udf.cells (pairs)", "cells", "full-one", "median-blackbox"),
+    ("median udf.stencil", "stencil", "subzero", "median-blackbox"),
+    ("median black box", "median-blackbox", "blackbox", "median-blackbox"),
+    ("cleaner FULL by hand", "cleaner-full", "full-one", "cleaner-blackbox"),
+    ("cleaner udf.cells (payloads)", "cleaner-api", "subzero", "cleaner-blackbox"),
+    ("cleaner udf.cells (pairs)", "cleaner-api", "full-one", "cleaner-blackbox"),
+    ("cleaner black box", "cleaner-blackbox", "blackbox", "cleaner-blackbox"),
+]
+
+
+def one_run(kind: str, strategy: str, tmp: Path) -> dict[str, Any]:
+    home = tmp / f"{kind}-{strategy}"
+    shutil.rmtree(home, ignore_errors=True)
+    res = run_workflow(udf_cases.workflow(kind), home, strategy=strategy, where="driver")
+    cat = Catalog(home / "catalog.sqlite")
+    try:
+        st = cat.op_stats(res.run)["op"]
+    finally:
+        cat.close()
+    shutil.rmtree(home, ignore_errors=True)
+    return {"run_s": res.runtime_s, "runtime_s": st["runtime_s"], "capture_s": st["capture_s"],
+            "store_s": st["store_s"], "lineage_bytes": st["lineage_bytes"],
+            "input_bytes": res.input_bytes, "strategies": res.operators[0]["strategies"],
+            "warnings": res.warnings}
+
+
+def _store(batch: Any, ch: ChunkContext, tmp: Path) -> float:
+    """Seconds to store ``batch`` as one FullOne backward shard."""
+    spec = layout.shard_spec(tmp / "store", "r1", "op", FULL_ONE_BWD, ch.index, ch.out_box,
+                             ch.out_shape, ch.in_shapes)
+    shutil.rmtree(tmp / "store", ignore_errors=True)
+    t = time.perf_counter()
+    write_shard(spec, batch)
+    took = time.perf_counter() - t
+    shutil.rmtree(tmp / "store", ignore_errors=True)
+    return took
+
+
+def calls(repeat: int, tmp: Path) -> dict[str, Any]:
+    """A million per-cell ``lwrite`` calls and their conversion into pairs, against one
+    ``lwrite_pairs`` call with the same pairs; then each batch stored as a FullOne shard,
+    alternately."""
+    h, w = udf_cases.SHAPE
+    box = Box((0, 0), (h, w))
+    ch = ChunkContext((0, 0), box, (box,), (h, w), ((h, w),))
+    per, vec, store_per, store_vec = [], [], [], []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        ctx = TaskContext(ch, frozenset({Mode.FULL}), "percell")
+        for r in range(h):
+            r0, r1 = max(r - 1, 0), min(r + 2, h)
+            for c in range(w):
+                ctx.lwrite((r, c), Box((r0, max(c - 1, 0)), (r1, min(c + 2, w))))
+        a = ctx.full_pairs()
+        per.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        ctx2 = TaskContext(ch, frozenset({Mode.FULL}), "pairs")
+        lin = box.linear((h, w))
+        ctx2.lwrite_pairs(lin, box_neighbours(np.argwhere(np.ones((h, w), bool)), (1, 1),
+                                              (h, w)))
+        b = ctx2.full_pairs()
+        vec.append(time.perf_counter() - t)
+    _store(b, ch, tmp)  # warm: the first store of a process pays for its imports
+    for k in range(STORE_PAIRS):  # alternating pairs, the order swapped each time
+        for batch, times in ((a, store_per), (b, store_vec))[::1 if k % 2 else -1]:
+            times.append(_store(batch, ch, tmp))
+    same = (np.array_equal(a.out.values, b.out.values)
+            and np.array_equal(a.ins[0].values, b.ins[0].values)
+            and np.array_equal(a.ins[0].offsets, b.ins[0].offsets))
+    return {"calls": h * w, "per_cell_s": statistics.median(per), "per_cell_all_s": per,
+            "lwrite_pairs_s": statistics.median(vec), "lwrite_pairs_all_s": vec,
+            "store_per_cell_s": statistics.median(store_per),
+            "store_lwrite_pairs_s": statistics.median(store_vec),
+            "store_per_cell_all_s": store_per, "store_lwrite_pairs_all_s": store_vec,
+            "same_pairs": bool(same)}
+
+
+def main() -> None:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--repeat", type=int, default=3, help="runs per case, alternated (3)")
+    args = p.parse_args()
+    repeat = 1 if args.quick else args.repeat
+    tmp = Path(tempfile.mkdtemp(prefix="bench-udf-"))
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, *_ in CASES}
+    try:
+        for k in range(repeat):  # alternate: every case once per round, order reversed
+            order = CASES if k % 2 == 0 else CASES[::-1]
+            for name, kind, strategy, _ in order:
+                runs[name].append(one_run(kind, strategy, tmp))
+                print(f"{name}: {runs[name][-1]['run_s']:.2f} s", file=sys.stderr)
+        per_call = calls(repeat, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    med = {name: {key: statistics.median(r[key] for r in rs)
+                  for key in ("run_s", "runtime_s", "capture_s", "store_s", "lineage_bytes")}
+           for name, rs in runs.items()}
+    table = []
+    for name, kind, strategy, base in CASES:
+        base_name = next(n for n, k, _, _ in CASES if k == base)
+        m, first = med[name], runs[name][0]
+        table.append({
+            "case": name, "strategy": strategy, "stored_as": first["strategies"],
+            **m, "runtime_all_s": [r["runtime_s"] for r in runs[name]],
+            "input_bytes": first["input_bytes"],
+            "x_blackbox_run": m["run_s"] / med[base_name]["run_s"],
+            "x_input_bytes": m["lineage_bytes"] / first["input_bytes"],
+            "warned": bool(first["warnings"]),
+        })
+    emit({"benchmark": "udf", "quick": args.quick, "repeat": repeat,
+          "command": "python benchmarks/bench_udf.py --out benchmarks/results/udf.json",
+          "shape": list(udf_cases.SHAPE), "table": table, "per_cell_calls": per_call},
+         args.out)
+
+
+if __name__ == "__main__":
+    main()
