@@ -462,10 +462,12 @@ def raise_task_error(op: str, results: Sequence[dict[str, Any]]) -> None:
     """Raise the first task error of ``results`` in one line (a user error as itself)."""
     for r in results:
         if "error" in r:
+            named = f"operator {op!r}"
+            said = r["error"] if r["error"].startswith(named) else f"{named}: {r['error']}"
             if r["error_kind"] == "damaged":  # a query may answer another way
-                raise DamagedError(f"operator {op!r}: {r['error']}")
+                raise DamagedError(said)
             if r["error_kind"] == "user":
-                raise SubZeroError(f"operator {op!r}: {r['error']}")
+                raise SubZeroError(said)
             if os.environ.get("SUBZERO_DEBUG"):
                 print(r.get("traceback", ""), file=sys.stderr)
             raise RuntimeError(

@@ -375,3 +375,28 @@ def test_bad_user_module_is_one_line_exit_2(tmp_path):
     r = run_cli("run", str(tmp_path / "big.py"), "--home", str(tmp_path / "h"), cwd=tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "radius 100 on axis 0 does not fit" in r.stderr and "'smooth'" in r.stderr
+
+
+def test_lineage_outside_the_input_on_the_cli_is_one_line_exit_2(tmp_path):
+    (tmp_path / "badlin.py").write_text(textwrap.dedent('''
+        import numpy as np
+        from operators import udf
+        from subzero import Workflow
+
+        @udf.cells(default="none")
+        def wrong(image, *, lineage):
+            lineage.boxes([[0, 0]], [0, 0], [3, image.shape[1] + 4])
+            return image
+
+        def build():
+            wf = Workflow("badlin")
+            wf.input("image", (8, 8), "float64", source=lambda: np.zeros((8, 8)))
+            wf.add("wrong", wrong, "image")
+            return wf
+    '''))
+    r = run_cli("run", "badlin", "--home", str(tmp_path / "h"), "--strategy", "full-one",
+                cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    err = [line for line in r.stderr.splitlines() if "error" in line]
+    assert err == ["subzero: error: operator 'wrong' (wrong): lineage box (0, 0)-(3, 12) of "
+                   "output cell (0, 0) is outside input 0 of shape (8, 8)"]
