@@ -32,8 +32,8 @@ def _median3(x: np.ndarray) -> np.ndarray:
     return ndimage.median_filter(x, size=3, mode="mirror")
 
 
-class PerCellMedian(UDF):
-    """A 3 x 3 median reporting each pixel's box with one ``ctx.lwrite`` call."""
+class _Median(UDF):
+    """A 3 x 3 median declaring FULL lineage; subclasses report it (:meth:`report`)."""
 
     n_inputs = 1
     parallelism = stencil(1)
@@ -44,31 +44,29 @@ class PerCellMedian(UDF):
     def run(self, ctx, x):
         out = _median3(x)[ctx.chunk.interior(0)]
         if ctx.full:
-            h, w = self.out_shape
-            box = ctx.chunk.out_box
-            for r in range(box.lo[0], box.hi[0]):
-                r0, r1 = max(r - 1, 0), min(r + 2, h)
-                for c in range(box.lo[1], box.hi[1]):
-                    ctx.lwrite((r, c), Box((r0, max(c - 1, 0)), (r1, min(c + 2, w))))
+            self.report(ctx, out.shape)
         return out
 
 
-class PairsMedian(UDF):
-    """The same median reporting every pixel's box in one ``ctx.lwrite_pairs`` call."""
+class PerCellMedian(_Median):
+    """Each pixel's box reported with one ``ctx.lwrite`` call."""
 
-    n_inputs = 1
-    parallelism = stencil(1)
+    def report(self, ctx, block):
+        h, w = self.out_shape
+        box = ctx.chunk.out_box
+        for r in range(box.lo[0], box.hi[0]):
+            r0, r1 = max(r - 1, 0), min(r + 2, h)
+            for c in range(box.lo[1], box.hi[1]):
+                ctx.lwrite((r, c), Box((r0, max(c - 1, 0)), (r1, min(c + 2, w))))
 
-    def supported_modes(self):
-        return frozenset({Mode.FULL, Mode.BLACKBOX})
 
-    def run(self, ctx, x):
-        out = _median3(x)[ctx.chunk.interior(0)]
-        if ctx.full:
-            lin = ctx.chunk.out_box.linear(self.out_shape)
-            coords = ctx.chunk.out_cells(np.argwhere(np.ones(out.shape, bool)))
-            ctx.lwrite_pairs(lin, box_neighbours(coords, (1, 1), self.out_shape))
-        return out
+class PairsMedian(_Median):
+    """Every pixel's box reported in one ``ctx.lwrite_pairs`` call."""
+
+    def report(self, ctx, block):
+        lin = ctx.chunk.out_box.linear(self.out_shape)
+        coords = ctx.chunk.out_cells(np.argwhere(np.ones(block, bool)))
+        ctx.lwrite_pairs(lin, box_neighbours(coords, (1, 1), self.out_shape))
 
 
 @udf.cells(default="none", halo=1)

@@ -63,10 +63,11 @@ from operators.base import (
     AllToAllOperator, ElementwiseOperator, StencilOperator, UDF, box_neighbours,
     broadcast_map_b, broadcast_map_f,
 )
-from subzero.cells import Box, Ragged, as_linear, dilate, to_coords, unique
-from subzero.errors import CellError, SubZeroError, WorkflowError
+from subzero.cells import Box, Ragged, dilate, parse_shape, to_coords, unique
+from subzero.errors import CellError, WorkflowError
 from subzero.modes import Mode
-from subzero.operator import ELEMENTWISE, GLOBAL, BLOCKWISE, Operator, Parallelism, stencil as halo_of
+from subzero.operator import BLOCKWISE, ELEMENTWISE, GLOBAL, Operator, Parallelism
+from subzero.operator import stencil as halo_of
 from subzero.runtime import TaskContext
 
 Shape = tuple[int, ...]
@@ -211,12 +212,9 @@ def _shape_of(rule: Any, in_shapes: Sequence[Shape], who: str) -> Shape:
         return tuple(in_shapes[0])
     got = rule(*[tuple(s) for s in in_shapes]) if callable(rule) else rule
     try:
-        shape = tuple(int(v) for v in got)
-    except (TypeError, ValueError):
-        raise UDFError(f"{who}: shape must be a tuple of ints. Got {got!r}.") from None
-    if any(v < 0 for v in shape):
-        raise UDFError(f"{who}: shape must be non-negative. Got {shape}.")
-    return shape
+        return parse_shape(got, f"{who}: shape")
+    except CellError as e:
+        raise UDFError(str(e)) from None
 
 
 def _make(base: type, fn: Callable[..., Any], what: str, lineage: bool = False,
@@ -1011,6 +1009,16 @@ class _Cells(_Decorated, UDF):
     def map_p_rows(self, outcells: np.ndarray, payloads: np.ndarray, i: int
                    ) -> np.ndarray | None:
         """Relative boxes of many cells at once (the common payload); None otherwise."""
+        rel = self._relative_rows(outcells, payloads, i)
+        if rel is None:
+            return None
+        _, lo, hi = rel
+        return _expand_boxes(lo, hi, self.in_shapes[i]).values
+
+    def _relative_rows(self, outcells: np.ndarray, payloads: np.ndarray, i: int
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Rows that are each one relative box: which rows are about input ``i``, and
+        their boxes' corners clipped to that input; None for other payloads."""
         nd = len(self.out_shape)
         if payloads.shape[1] != 2 + 8 * nd or not (payloads[:, 0] == _REL).all():
             return None
@@ -1019,30 +1027,23 @@ class _Cells(_Decorated, UDF):
         off = np.ascontiguousarray(payloads[keep, 2:]).view("<i4").reshape(-1, 2, nd)
         c = np.asarray(outcells, dtype=np.int64)[keep]
         shape = np.asarray(self.in_shapes[i])
-        lo = np.maximum(c + off[:, 0], 0)
-        hi = np.minimum(c + off[:, 1], shape)
-        return _expand_boxes(lo, hi, tuple(shape.tolist())).values
+        return keep, np.clip(c + off[:, 0], 0, shape), np.clip(c + off[:, 1], 0, shape)
 
     def map_p_rows_hits(self, outcells: np.ndarray, payloads: np.ndarray, i: int,
                         frontier_in: np.ndarray) -> np.ndarray | None:
         """Which rows' relative boxes meet ``frontier_in``: box sums of the frontier's
         summed-area table (one lookup per box corner), so a forward query tests every
         payload at once; None for other payloads."""
-        nd = len(self.out_shape)
-        if payloads.shape[1] != 2 + 8 * nd or not (payloads[:, 0] == _REL).all():
+        rel = self._relative_rows(outcells, payloads, i)
+        if rel is None:
             return None
-        tags = payloads[:, 1]
-        keep = (tags == _ALL) | (tags == i)
-        off = np.ascontiguousarray(payloads[keep, 2:]).view("<i4").reshape(-1, 2, nd)
-        c = np.asarray(outcells, dtype=np.int64)[keep]
-        shape = np.asarray(self.in_shapes[i])
-        lo = np.clip(c + off[:, 0], 0, shape)
-        hi = np.clip(c + off[:, 1], 0, shape)
+        keep, lo, hi = rel
+        nd, shape = len(self.out_shape), np.asarray(self.in_shapes[i])
         table = np.zeros(tuple(shape + 1), dtype=np.int64)
         table[(slice(1, None),) * nd] = np.asarray(frontier_in, dtype=np.int64)
         for axis in range(nd):
             np.cumsum(table, axis=axis, out=table)
-        total = np.zeros(len(c), dtype=np.int64)
+        total = np.zeros(len(lo), dtype=np.int64)
         for corner in range(1 << nd):  # inclusion-exclusion over the box's corners
             pick = [(corner >> d) & 1 for d in range(nd)]
             at = tuple(np.where(pick[d], lo[:, d], hi[:, d]) for d in range(nd))
