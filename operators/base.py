@@ -342,5 +342,8 @@ class AllToAllOperator(MappingOperator):
     def all_to_all(self, i: int) -> bool:
         return True
 
+    def whole_input(self, i: int) -> bool:
+        return True
+
     def trace(self, ctx: TaskContext) -> None:
         ctx.lwrite(ctx.chunk.out_box, *[Box.full(s) for s in self.in_shapes])

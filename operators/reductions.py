@@ -32,7 +32,7 @@ from operators.base import MappingOperator
 from operators.geometry import axis_strides, outer_linear
 from operators.parse import dtype_spec, parse_axes, parse_dtype, who
 from operators.partials import combine_sums, sum_partial
-from subzero.cells import Box, Ragged, any_over
+from subzero.cells import Box, Ragged, any_over, size_of
 from subzero.errors import WorkflowError
 from subzero.operator import BLOCKWISE, GLOBAL, Parallelism
 from subzero.runtime import TaskContext
@@ -294,6 +294,14 @@ class Reduce(MappingOperator):
     def all_to_all(self, i: int) -> bool:
         # an empty input feeds nothing: its (empty) whole would not reach the whole output
         return int(np.prod(self.in_shapes[0])) > 0 or int(np.prod(self.out_shape)) == 0
+
+    def whole_input(self, i: int) -> bool:
+        # one reduction of the whole input (all axes reduced, or the kept ones of size 1):
+        # every output cell, the broadcast ones included, depends on every input cell
+        if not self.in_shapes:
+            return self.axis is None
+        shape = self.in_shapes[0]
+        return size_of(shape) > 0 and all(shape[d] == 1 for d in self._kept)
 
     def trace(self, ctx: TaskContext) -> None:
         box = ctx.chunk.out_box

@@ -153,26 +153,30 @@ class Run:
 
     def backward(self, cells: Any, start: str | None = None,
                  path: Sequence[tuple[str, int]] | None = None, to: str | None = None,
-                 method: str = "auto") -> LineageResult:
+                 method: str = "auto", scope: str = "local") -> LineageResult:
         """Backward lineage of ``cells`` of array ``start`` (coordinates, a bool mask or a
         :class:`subzero.Box`) along ``path`` (``[(operator, input index), ...]``) or every
         path ``to`` an ancestor array. Returns a :class:`subzero.query.LineageResult`.
+
+        ``scope="local"`` (default) lists the whole-input steps on the way to ``to`` (a
+        global mean) in the result's ``global_deps`` instead of taking them;
+        ``scope="all"`` takes them too.
 
         >>> res = run.backward([(10, 20)], start="bright", to="image")   # doctest: +SKIP
         >>> res.count, res.coords[:2], [s.method for s in res.steps]     # doctest: +SKIP
         """
         self.check_array(start)
         self.check_array(to)
-        return self.query_executor().backward(cells, start, path, to, method)
+        return self.query_executor().backward(cells, start, path, to, method, scope)
 
     def forward(self, cells: Any, start: str | None = None,
                 path: Sequence[tuple[str, int]] | None = None, to: str | None = None,
-                method: str = "auto") -> Any:
+                method: str = "auto", scope: str = "local") -> Any:
         """Forward lineage of ``cells`` of array ``start`` along ``path`` or ``to`` a
-        descendant array."""
+        descendant array (``scope`` as in :meth:`backward`)."""
         self.check_array(start)
         self.check_array(to)
-        return self.query_executor().forward(cells, start, path, to, method)
+        return self.query_executor().forward(cells, start, path, to, method, scope)
 
     def named_query_cells(self, name: str) -> Any:
         """The cells a named query starts from (chosen from this run's data with the
@@ -192,13 +196,16 @@ class Run:
         finally:
             cat.close()
 
-    def named_query(self, name: str, method: str = "auto", cells: Any = None) -> LineageResult:
+    def named_query(self, name: str, method: str = "auto", cells: Any = None,
+                    scope: str = "local") -> LineageResult:
         """Run one of the workflow's named queries (e.g. ``BQ3``); ``cells`` as returned by
-        :meth:`named_query_cells` skips choosing them again."""
+        :meth:`named_query_cells` skips choosing them again; ``scope`` as in
+        :meth:`backward` (a named query that follows a path takes its steps either way)."""
         if cells is None:
             cells = self.named_query_cells(name)
         q = self.workflow.queries[name]
-        return self.query_executor().query(q.direction, cells, q.start, q.path, q.to, method)
+        return self.query_executor().query(q.direction, cells, q.start, q.path, q.to, method,
+                                           scope=scope)
 
     # -- what-if replay --------------------------------------------------------------------
     def _replay_session(self) -> tuple[Catalog, QueryExecutor]:

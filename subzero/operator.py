@@ -16,6 +16,9 @@ An operator computes one output array from ``n`` input arrays, one output *chunk
   for the cells that stored no payload) and does not list ``MAP`` unless the default alone is
   its whole lineage;
 - :meth:`Operator.all_to_all` marks where the entire-array optimization is safe;
+- :meth:`Operator.whole_input` marks a *global dependency* (every output cell depends on
+  every cell of an input: a global mean, a model fitted on the whole input), which a query
+  in local scope lists instead of following;
 - re-executed in tracing mode, an operator without ``FULL`` reports its exact mapping
   functions where it supports ``MAP`` (:meth:`Operator.trace_mapped`), else every cell of
   its blocks (:meth:`Operator.trace_all_to_all`);
@@ -277,6 +280,35 @@ class Operator(Recorded, ABC):
     def all_to_all(self, i: int) -> bool:
         """True when the whole output maps to the whole input ``i`` and back (entire-array
         optimization; paper VI-C)."""
+        return False
+
+    def whole_input(self, i: int) -> bool:
+        """True when *every* output cell depends on *every* cell of input ``i`` (a global
+        mean, a model fitted on the whole input): a global dependency, which a query in
+        local scope lists instead of following (:mod:`subzero.query.executor`).
+
+        Not :meth:`all_to_all`: that one says the whole output maps to the whole input,
+        which holds for elementwise operators too, whose output cells each depend on one
+        input cell.
+
+        Parameters
+        ----------
+        i : int
+            The input's index.
+
+        Returns
+        -------
+        bool
+            False unless the operator says otherwise (the default).
+
+        Examples
+        --------
+        >>> from operators import Binary, MeanBroadcast
+        >>> MeanBroadcast().bind("m", [(4, 3)], ["f8"]).whole_input(0)
+        True
+        >>> Binary("add").bind("a", [(4, 3), (4, 3)], ["f8", "f8"]).whole_input(0)
+        False
+        """
         return False
 
     # -- tracing fallback ------------------------------------------------------------------

@@ -80,7 +80,7 @@ def test_path_result_is_the_3x3_neighbourhood(homes):
 
 def test_entire_array_optimization_and_full_frontier(homes):
     q = qx(homes, "example", "subzero")
-    r = q.backward([(0, 0)], "bright", to="image")  # through the global mean: everything
+    r = q.backward([(0, 0)], "bright", to="image", scope="all")  # through the global mean
     assert r.count == SHAPE[0] * SHAPE[1]
     assert "entire-array" in {s.method for s in r.steps}
     full = np.ones(SHAPE, bool)
@@ -229,9 +229,11 @@ def test_cli_query_json_png_and_out(homes, tmp_path, capsys):
                  "--json", "--png", str(png), "--out", str(out)]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert set(doc) == {"run", "direction", "array", "shape", "count", "elapsed_s", "steps",
-                        "cells"}
+                        "cells", "scope", "global"}
     assert doc["array"] == "image" and doc["count"] == 17 and len(doc["cells"]) == 17
-    assert set(doc["steps"][0]) >= {"operator", "method", "in_count", "out_count", "elapsed_s"}
+    assert doc["scope"] == "local" and doc["global"] == []
+    assert set(doc["steps"][0]) >= {"operator", "method", "in_count", "out_count", "elapsed_s",
+                                    "global"}
     assert png.stat().st_size > 1000 and np.load(out).sum() == 17
     assert main(["query", rid, "forward", "--from", "image", "--box", "0:2,0:2", "--to",
                  "bright", "--home", str(home)]) == 0

@@ -98,7 +98,8 @@ class Newcomer:
         m = ANSWER.search(out)
         if m:
             self.answers.append({"argv": argv, "direction": m.group(1), "start": m.group(2),
-                                 "array": m.group(3), "count": int(m.group(5).replace(",", ""))})
+                                 "array": m.group(3), "count": int(m.group(5).replace(",", "")),
+                                 "out": out})
         return out
 
     def python(self, code: str) -> None:
@@ -161,7 +162,9 @@ def _check_star_answers(who: Newcomer) -> dict:
     bq3 = by["BQ3"]
     assert bq3["array"] == "exp1" and 10 <= bq3["count"] < SMALL
     fwd = by["forward"]
-    assert fwd["array"] == "rmoverscan1" and fwd["count"] == EXPOSURE_CELLS
+    # local scope: the corner itself, and the overscan mean listed, not followed
+    assert fwd["array"] == "rmoverscan1" and fwd["count"] == 100
+    assert "\nand meanoverscan1 (Reduce: " in fwd["out"] and "--scope all" in fwd["out"]
     traced = by["backward"]
     assert traced["start"] == "clust" and traced["array"] == "exp1"
     assert pixels <= traced["count"] < SMALL

@@ -607,6 +607,10 @@ class Validate(_GenomicsUDF):
     def supported_modes(self) -> frozenset[Mode]:
         return frozenset({Mode.MAP, Mode.PAY, Mode.FULL, Mode.BLACKBOX})
 
+    def whole_input(self, i: int) -> bool:
+        # every count reads every prediction; of transpose it reads one column only
+        return i == 0
+
     def output_shape(self, in_shapes: Sequence[Shape]) -> Shape:
         klass, t = in_shapes
         if len(klass) != 2 or len(t) != 2 or klass != (t[0], 1):

@@ -15,6 +15,7 @@ from subzero.errors import QueryError
 from subzero.query import QueryExecutor
 from subzero.query.named import named_query, start_cells
 from subzero.query.paths import parse_path
+from subzero.query.results import SCOPES, GlobalDependency
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -47,7 +48,8 @@ def _query(args: argparse.Namespace, run: Any, qx: QueryExecutor, path: Any) -> 
             raise QueryError("--named takes no direction, --from, --to, --path or cells")
         q = named_query(run.workflow, args.named)
         cells = start_cells(run, run.id, args.named, qx.catalog)
-        res = qx.query(q.direction, cells, q.start, q.path, q.to, args.method)
+        res = qx.query(q.direction, cells, q.start, q.path, q.to, args.method,
+                       scope=args.scope)
     else:
         if args.direction not in ("backward", "forward"):
             raise QueryError("give a direction (backward or forward), or --named NAME")
@@ -57,7 +59,8 @@ def _query(args: argparse.Namespace, run: Any, qx: QueryExecutor, path: Any) -> 
             raise QueryError("give exactly one of --to NAME or --path op:idx,...")
         qx.check_array(args.from_)
         cells = cells_from_args(args, run.workflow.array_shape(args.from_))
-        res = qx.query(args.direction, cells, args.from_, path, args.to, args.method)
+        res = qx.query(args.direction, cells, args.from_, path, args.to, args.method,
+                       scope=args.scope)
     if args.out:
         with output_file(args.out, "--out") as tmp:
             np.save(tmp, res.mask)
@@ -76,6 +79,8 @@ def _query(args: argparse.Namespace, run: Any, qx: QueryExecutor, path: Any) -> 
                 ("operator", "input", "method", "in_cells", "out_cells", "ms")))
     print(f"\n{res.direction} lineage of {res.start} in {res.array} {tuple(res.shape)}: "
           f"{cells_phrase(res.count)}, {res.elapsed_s * 1000:.1f} ms")
+    for g in res.global_deps:
+        print(global_line(g))
     for s in res.steps:  # a switch, a damaged shard: what the method column cannot say
         if s.note:
             print(f"note: {s.operator}: {s.note}")
@@ -88,6 +93,18 @@ def _query(args: argparse.Namespace, run: Any, qx: QueryExecutor, path: Any) -> 
         if p:
             print(f"{what} written to {p}")
     return 0
+
+
+def global_line(g: GlobalDependency) -> str:
+    """The line a query prints for a global dependency it listed instead of following.
+
+    >>> print(global_line(GlobalDependency("m", 0, "x", 1234, "Reduce", "a mean")))
+    and m (Reduce: a mean): every one of the 1,234 cells of x — add --scope all to include them
+    """
+    what = (f"the one cell of {g.array} — add --scope all to include it" if g.cells == 1
+            else f"every one of the {g.cells:,} cells of {g.array} — add --scope all to "
+            "include them")
+    return f"and {g.operator} ({g.kind}: {g.description}): {what}"
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -107,6 +124,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     s.add_argument("--named", help="a named query of the workflow (e.g. BQ3)")
     s.add_argument("--method", default="auto", choices=("auto", "map", "stored", "reexec"),
                    help="preferred access method per step (default: cheapest)")
+    s.add_argument("--scope", default="local", choices=SCOPES,
+                   help="local (default): list global dependencies (a global mean) on the "
+                   "way to --to instead of following them; all: follow them too")
     s.add_argument("--out", help="write the result mask as .npy")
     s.add_argument("--png", help="draw the result over the target array")
     s.set_defaults(func=cmd_query)

@@ -9,7 +9,7 @@ module                      holds
 ``query.costs``             its cost constants (calibrated per machine)
 ``query.stored``            reading stored lineage: open shards, unions, payloads
 ``query.reexec``            re-execution in tracing mode on touched tiles: the tile rule
-``query.results``           :class:`LineageResult` and :class:`Step`
+``query.results``           :class:`LineageResult`, its steps and global dependencies
 ==========================  ==============================================================
 
 >>> qx = QueryExecutor(load_run(home, "latest"))                    # doctest: +SKIP
@@ -17,6 +17,6 @@ module                      holds
 """
 
 from subzero.query.executor import QueryExecutor
-from subzero.query.results import LineageResult, Step
+from subzero.query.results import GlobalDependency, LineageResult, Step
 
-__all__ = ["QueryExecutor", "LineageResult", "Step"]
+__all__ = ["QueryExecutor", "LineageResult", "Step", "GlobalDependency"]

@@ -20,6 +20,14 @@ operator with the method :class:`~subzero.query.choice.MethodChoice` picks:
 
 Empty frontiers end a query early; a step stops reading shards once its result is full.
 Every query is logged in the catalog (the optimizer's workload).
+
+Scope: a step through input ``i`` of an operator whose ``whole_input(i)`` holds (a global
+mean, a model fitted on the whole input) would reach a whole array from any cell, which
+swamps the local lineage the other paths find. In scope ``local`` (the default) a query
+given a target does not take such a step: the answer lists it as a
+:class:`~subzero.query.results.GlobalDependency` and keeps what the other paths reach.
+Scope ``all`` takes every step. An explicit path takes the steps it names in either scope;
+those steps, like every whole-input step taken, are marked ``global``.
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ from subzero.query.choice import METHODS, MethodChoice
 from subzero.query.costs import QueryCosts, load_costs
 from subzero.query.paths import check_array, check_path, dag_steps
 from subzero.query.reexec import chunks_touched, reexecute_join
-from subzero.query.results import LineageResult, Step
+from subzero.query.results import GlobalDependency, LineageResult, Step, parse_scope
 from subzero.query.stored import ShardReaders, read_full, read_payload
 
 #: the note of a black-box step that an operator's mapping functions answered
@@ -109,13 +117,13 @@ class QueryExecutor:
     # -- public ----------------------------------------------------------------------------
     def backward(self, cells: Any, start: str | None = None,
                  path: Sequence[tuple[str, int]] | None = None, to: str | None = None,
-                 method: str = "auto") -> LineageResult:
-        return self.query("backward", cells, start, path, to, method)
+                 method: str = "auto", scope: str = "local") -> LineageResult:
+        return self.query("backward", cells, start, path, to, method, scope=scope)
 
     def forward(self, cells: Any, start: str | None = None,
                 path: Sequence[tuple[str, int]] | None = None, to: str | None = None,
-                method: str = "auto") -> LineageResult:
-        return self.query("forward", cells, start, path, to, method)
+                method: str = "auto", scope: str = "local") -> LineageResult:
+        return self.query("forward", cells, start, path, to, method, scope=scope)
 
     def check_array(self, name: str) -> None:
         """Raise unless ``name`` is an array of the run."""
@@ -124,16 +132,41 @@ class QueryExecutor:
     def query(self, direction: str, cells: Any, start: str | None,
               path: Sequence[tuple[str, int]] | None, to: str | None,
               method: str = "auto",
-              before_step: Callable[[str, int, Sequence[Step]], None] | None = None
-              ) -> LineageResult:
-        """``before_step(operator, input, steps_done)``, when given, is called before each
-        step; whatever it raises ends the query there (how ``subzero serve`` stops a query
-        past its time limit or whose client left)."""
+              before_step: Callable[[str, int, Sequence[Step]], None] | None = None,
+              scope: str = "local") -> LineageResult:
+        """Trace ``cells`` of array ``start`` along ``path``, or along every path to array
+        ``to``.
+
+        Parameters
+        ----------
+        direction : ``"backward"`` or ``"forward"``.
+        cells : the start cells (coordinates, a bool mask, a :class:`~subzero.cells.Box`).
+        start : the array holding them (a path's own start when None).
+        path : ``(operator, input index)`` steps; exactly one of ``path`` and ``to``.
+        to : the target array: every path from ``start`` to it, unioned.
+        method : the preferred access method per step (``auto``: the cheapest).
+        before_step : called as ``before_step(operator, input, steps_done)`` before each
+            step; whatever it raises ends the query there (how ``subzero serve`` stops a
+            query past its time limit or whose client left).
+        scope : ``"local"`` (default): with ``to``, a whole-input step
+            (:meth:`~subzero.operator.Operator.whole_input`) is listed in the answer's
+            ``global_deps`` instead of taken; ``"all"``: every step is taken.
+
+        Returns
+        -------
+        LineageResult
+
+        Raises
+        ------
+        QueryError
+            A bad direction, method, scope, path or array.
+        """
         t0 = time.perf_counter()
         if direction not in ("backward", "forward"):
             raise QueryError(f"direction must be 'backward' or 'forward'. Got {direction!r}.")
         if method not in METHODS:
             raise QueryError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")
+        scope = parse_scope(scope)
         if (path is None) == (to is None):
             raise QueryError("give either a path or a target (to=...), not both or neither")
         wf = self.run.workflow
@@ -151,9 +184,11 @@ class QueryExecutor:
         if method in ("map", "stored"):
             self._check_forced(method, steps)
         f0 = start_frontier(wf.array_shape(start), cells)
-        got, done, along = self._walk(direction, start, target, steps, f0, method, before_step)
+        skip_global = scope == "local" and path is None  # a path's steps were asked for
+        got, done, along, globals_ = self._walk(direction, start, target, steps, f0, method,
+                                                before_step, skip_global)
         res = LineageResult(self.run.id, direction, target, got, done,
-                            time.perf_counter() - t0, start, along)
+                            time.perf_counter() - t0, start, along, scope, globals_)
         if self.log:
             self.catalog.log_query(
                 self.run.id, direction, start, target,
@@ -174,28 +209,38 @@ class QueryExecutor:
     # -- walking ---------------------------------------------------------------------------
     def _walk(self, direction: str, start: str, target: str, steps: list[tuple[str, int]],
               f0: Frontier, method: str,
-              before_step: Callable[[str, int, Sequence[Step]], None] | None = None
-              ) -> tuple[Frontier, list[Step], dict[str, Frontier]]:
+              before_step: Callable[[str, int, Sequence[Step]], None] | None = None,
+              skip_global: bool = False
+              ) -> tuple[Frontier, list[Step], dict[str, Frontier], list[GlobalDependency]]:
         """Propagate frontiers along ``steps``, in order: each step reads the frontier of
         the array it starts from and adds its answer to the array it reaches (a union where
-        paths meet). Returns the target's frontier, the steps, and the frontier reached in
-        every array along the way."""
+        paths meet). With ``skip_global``, a whole-input step that some cell reaches is
+        listed instead of taken. Returns the target's frontier, the steps, the frontier
+        reached in every array along the way, and the global dependencies listed."""
         wf = self.run.workflow
         backward = direction == "backward"
         fronts: dict[str, Frontier] = {start: f0}
         done: list[Step] = []
+        globals_: list[GlobalDependency] = []
         for op_name, i in steps:
             src = wf.nodes[op_name].inputs[i]
             here, there = (op_name, src) if backward else (src, op_name)
             if here not in fronts:
                 continue
+            op = self.run.op(op_name)
+            whole = op.whole_input(i)
+            if whole and skip_global:
+                if fronts[here].n:
+                    globals_.append(global_dependency(op, i, backward, there))
+                continue
             if before_step is not None:
                 before_step(op_name, i, tuple(done))
             got, step = self._step(op_name, i, backward, fronts[here], method)
+            step.is_global = whole
             done.append(step)
             fronts[there] = fronts[there].union(got) if there in fronts else got
         empty = Frontier(wf.array_shape(target), lin=np.empty(0, dtype=np.uint64))
-        return fronts.get(target, empty), done, fronts
+        return fronts.get(target, empty), done, fronts, globals_
 
     # -- one step --------------------------------------------------------------------------
     def methods(self, op_name: str) -> list[tuple[str, Strategy | None]]:
@@ -332,6 +377,17 @@ class QueryExecutor:
         if where == "driver" and tiles:
             self.choice.record_reexec(op.name, cells, time.perf_counter() - t0)
         return Frontier(res.shape, mask=res)
+
+
+def global_dependency(op: Operator, i: int, backward: bool, array: str) -> GlobalDependency:
+    """What a query lists for the whole-input step through input ``i`` of ``op`` that it
+    does not take, toward ``array`` (the input backward, the output forward); its
+    description is the first sentence of the operator's class docstring."""
+    shape = op.in_shapes[i] if backward else op.out_shape
+    para = (type(op).__doc__ or "").strip().split("\n\n")[0]
+    first = " ".join(para.replace("``", "").split()).split(". ")[0].rstrip(".")
+    return GlobalDependency(op.name, i, array, int(np.prod(shape, dtype=np.int64)),
+                            type(op).__name__, first)
 
 
 def _notes(*notes: str) -> str:

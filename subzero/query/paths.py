@@ -14,7 +14,7 @@ import heapq
 import itertools
 import re
 from collections import deque
-from typing import Sequence
+from typing import Callable, Sequence
 
 from subzero.errors import QueryError
 from subzero.workflow import Workflow
@@ -176,4 +176,40 @@ def simple_paths(wf: Workflow, direction: str, start: str, target: str,
             if there in dist:
                 g = len(steps) + 1
                 heapq.heappush(heap, (g + dist[there], -g, next(count), there, steps + [step]))
+    return out
+
+
+def path_labels(wf: Workflow, paths: Sequence[Sequence[tuple[str, int]]],
+                whole: Callable[[str, int], bool]) -> list[str]:
+    """For each path, what sets it apart from the others: its steps that are not on every
+    path, as ``"via a, b:1, c (global)"``. A step is named by its operator, with the input
+    index when the operator is on every path (then the input is the difference) or takes
+    more than one input through these paths; ``(global)`` marks a whole-input step
+    (``whole(operator, input)``, :meth:`subzero.operator.Operator.whole_input`). A single
+    path is ``"the only path"``.
+
+    >>> from operators import Binary, MeanBroadcast
+    >>> wf = Workflow("w")
+    >>> _ = wf.input("x", (2, 2), "f8"), wf.add("m", MeanBroadcast(), "x")
+    >>> _ = wf.add("d", Binary("subtract"), "x", "m")
+    >>> path_labels(wf, [[("d", 0)], [("d", 1), ("m", 0)]], lambda op, i: op == "m")
+    ['via d:0', 'via d:1, m (global)']
+    """
+    if len(paths) <= 1:
+        return ["the only path"] * len(paths)
+    common = set.intersection(*(set(p) for p in paths))
+    ops_everywhere = set.intersection(*({op for op, _ in p} for p in paths))
+    inputs_used: dict[str, set[int]] = {}
+    for p in paths:
+        for op, i in p:
+            inputs_used.setdefault(op, set()).add(i)
+    out = []
+    for p in paths:
+        names = []
+        for op, i in p:
+            if (op, i) in common:
+                continue
+            name = f"{op}:{i}" if op in ops_everywhere or len(inputs_used[op]) > 1 else op
+            names.append(name + (" (global)" if whole(op, i) else ""))
+        out.append("via " + ", ".join(names) if names else "the shared steps only")
     return out

@@ -3,28 +3,36 @@
 Routes (every answer JSON unless said otherwise; errors are ``{"error": "one line"}`` with a
 4xx status, or 503 for a query cut at its time limit):
 
-``GET /api/runs``                                  the home's runs
+``GET /api/runs``                                  the home's runs (when each started,
+                                                   its inputs and where they came from,
+                                                   the run a replay derives from)
 ``GET /api/runs/{run}``                            operators (strategies, lineage bytes,
-                                                   runtimes), arrays, named queries
+                                                   runtimes, descriptions), arrays (each
+                                                   with its celestial WCS or null), named
+                                                   queries
 ``GET /api/runs/{run}/arrays/{name}/tiles/{z}/{y}/{x}.png``
                                                    a 256-pixel tile at zoom ``z`` (PNG)
 ``GET|POST /api/runs/{run}/query``                 a lineage query (fields as query string
-                                                   or a JSON body: direction, from, cells or
-                                                   box, to or path, method)
+                                                   or a JSON body: direction, from, cells,
+                                                   box or region (ds9 text), to or path,
+                                                   method)
 ``GET /api/runs/{run}/paths``                      the paths between two arrays, one by one
                                                    (direction, from, to), to choose one
 ``GET /api/runs/{run}/named/{name}``               a named query
-``GET /api/runs/{run}/query.{npy,fits}``, ``/api/runs/{run}/named/{name}.{npy,fits}``
-                                                   the result mask to download
+``GET /api/runs/{run}/query.{npy,fits,reg}``, ``/api/runs/{run}/named/{name}.{npy,fits,reg}``
+                                                   the result mask to download (``reg``: a
+                                                   ds9 region file)
+``GET /api/runs/{run}/diff/{array}``               a replay's array against its parent
+                                                   run's: the cells that changed
 ``GET /api/status``                                the queries under way and how the last
                                                    ones ended
 ``GET /``                                          the page (static files, no build step)
 
 Two pools of worker threads touch the home: one answers tiles and listings, the other,
 bounded (``query_workers``; more queries wait their turn), answers queries (``/query``,
-``/named`` and their downloads), so a slow query never holds up a tile. Each worker thread
-has its own :class:`Explorer` (a SQLite connection serves the thread that made it); the
-event loop only parses, watches and answers.
+``/named``, their downloads and ``/diff``), so a slow query never holds up a tile. Each
+worker thread has its own :class:`Explorer` (a SQLite connection serves the thread that
+made it); the event loop only parses, watches and answers.
 
 Every query has a time limit (``query_timeout``, its wait for a worker included). Past it
 the answer is 503 ``{"error": ..., "cut": "time limit", "reached": {...}, "steps": [...]}``
@@ -565,6 +573,10 @@ def create_app(home: Any, token: str | None = None, loopback: bool = True,
         rid = request.path_params["run"]
         return await svc.answer(lambda ex: ex.paths(rid, spec))
 
+    async def diff(request: Request) -> Response:
+        p = request.path_params
+        return await svc.query(request, "diff", p["run"], p["array"])
+
     async def named(request: Request) -> Response:
         method = request.query_params.get("method", "auto")
         return await svc.query(request, "named", request.path_params["run"],
@@ -591,6 +603,7 @@ def create_app(home: Any, token: str | None = None, loopback: bool = True,
         Route("/api/runs/{run}/query.{fmt}", query_file),
         Route("/api/runs/{run}/query", query, methods=["GET", "POST"]),
         Route("/api/runs/{run}/paths", paths),
+        Route("/api/runs/{run}/diff/{array}", diff),
         Route("/api/runs/{run}/named/{name}.{fmt}", named_file),
         Route("/api/runs/{run}/named/{name}", named),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
@@ -615,7 +628,8 @@ async def _file(svc: Service, request: Request, spec: dict[str, Any]) -> Respons
     if err:
         return err
     data, name = out
-    media = "application/octet-stream" if fmt == "npy" else "application/fits"
+    media = {"npy": "application/octet-stream", "reg": "text/plain; charset=utf-8"}.get(
+        fmt, "application/fits")
     return Response(data, media_type=media,
                     headers={"Content-Disposition": f'attachment; filename="{name}"'})
 

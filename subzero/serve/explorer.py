@@ -18,10 +18,12 @@ from __future__ import annotations
 import functools
 import io
 import itertools
+import os
 import re
 import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -30,15 +32,17 @@ import numpy as np
 from subzero.api import Run
 from subzero.cells import Box, check_coords, parse_cells, size_of
 from subzero.engine import layout
-from subzero.engine.arrays import read_array, read_box
+from subzero.engine.arrays import chunk_file, grid_keys, read_array, read_box
 from subzero.engine.catalog import Catalog
 from subzero.engine.runs import load_run
 from subzero.errors import CellError, QueryError, StoreError, SubZeroError
 from subzero.frontier import Frontier
 from subzero.query import LineageResult, QueryExecutor
 from subzero.query.named import named_query, start_cells
-from subzero.query.paths import parse_path, simple_paths
-from subzero.query.results import Step
+from subzero.query.paths import parse_path, path_labels, simple_paths
+from subzero.query.results import Step, parse_scope
+from subzero.serve.regions import RegionError, mask_to_ds9, parse_ds9, rasterise, window
+from subzero.serve.sky import carry, file_wcs
 
 #: a tile's side in pixels
 TILE = 256
@@ -52,6 +56,8 @@ MAX_RUNS = 1_000_000
 STRETCH_CELLS = 1 << 22
 #: the most paths one /paths answer lists (shortest first)
 MAX_PATHS = 64
+#: the most cells of the box a query's start region spans (the box is rasterised whole)
+MAX_REGION_BOX = 1 << 26
 
 RUN_ID = re.compile(r"r[0-9]{1,9}|latest(:[A-Za-z0-9_.-]{1,64})?")
 
@@ -133,6 +139,8 @@ class _Warm:
 
     run: Run
     qx: QueryExecutor
+    #: each array's celestial WCS (:meth:`Explorer.sky`), once asked
+    sky: dict[str, dict[str, Any] | None] | None = None
 
 
 class Explorer:
@@ -155,9 +163,25 @@ class Explorer:
 
     # -- runs ------------------------------------------------------------------------------
     def runs(self) -> list[dict[str, Any]]:
+        """The home's runs, oldest first: each its catalog figures, ``created`` (when it
+        started, ISO 8601 UTC), ``inputs`` (each its ``name``, its ``origin`` in a few words,
+        :func:`origin_phrase`, and whether it is ``auxiliary``), ``real`` (every input that
+        is not auxiliary was read from a file) and ``parent`` (the run a replay derives
+        from, else None)."""
         keys = ("id", "workflow", "strategy", "status", "started", "runtime_s", "input_bytes",
                 "lineage_bytes", "parent", "error")
-        return [{k: r.get(k) for k in keys} for r in self.catalog.runs()]
+        origins = self.catalog.input_origins()
+        out = []
+        for r in self.catalog.runs():
+            mine = origins.get(r["id"], {})
+            data = [o for o in mine.values() if not (o or {}).get("auxiliary")]
+            out.append({**{k: r.get(k) for k in keys}, "created": iso_utc(r.get("started")),
+                        "inputs": [{"name": n, "origin": origin_phrase(o),
+                                    "auxiliary": bool((o or {}).get("auxiliary"))}
+                                   for n, o in mine.items()],
+                        "real": bool(data) and all((o or {}).get("kind") == "file"
+                                                   for o in data)})
+        return out
 
     def warm(self, rid: str) -> _Warm:
         if not isinstance(rid, str) or not RUN_ID.fullmatch(rid):
@@ -181,17 +205,20 @@ class Explorer:
         loaded, wf = w.run.loaded, w.run.workflow
         stats = self.catalog.op_stats(loaded.id)
         consumed = {a for node in wf.nodes.values() for a in node.inputs}
+        sky = self.sky(w)
         arrays = []
         for name, a in loaded.arrays.items():
             arrays.append({"name": name, "shape": a["shape"], "dtype": a["dtype"],
                            "chunks": a["chunks"], "view": list(view_shape(a["shape"])),
                            "producer": name if name in wf.nodes else None,
                            "input": name in wf.inputs, "output": name not in consumed,
-                           "stored_bytes": a.get("stored_bytes")})
+                           "stored_bytes": a.get("stored_bytes"), "wcs": sky.get(name)})
         operators = []
         for name in wf.order:
             row, st = loaded.operators.get(name, {}), stats.get(name, {})
+            op = None if name in loaded.unavailable else wf.ops.get(name)
             operators.append({"name": name, "class": row.get("class"), "kind": row.get("kind"),
+                              "description": summary(op),
                               "inputs": list(wf.nodes[name].inputs),
                               "strategies": row.get("strategies", []),
                               "code": row.get("code"),
@@ -208,6 +235,62 @@ class Explorer:
                 "arrays": arrays, "operators": operators, "named": named,
                 "changed_code": dict(loaded.changed_code),
                 "unavailable": dict(loaded.unavailable)}
+
+    def sky(self, w: _Warm) -> dict[str, dict[str, Any] | None]:
+        """Each array's celestial WCS (:mod:`subzero.serve.sky`, normalised), or None: an
+        input read from a FITS file whose header has one, carried to the arrays computed
+        from it that keep its shape. Worked out once per run (each header read once)."""
+        if w.sky is None:
+            loaded, wf = w.run.loaded, w.run.workflow
+            shapes = {n: tuple(a["shape"]) for n, a in loaded.arrays.items()}
+            known = {}
+            for name in wf.inputs:
+                origin = (loaded.arrays.get(name) or {}).get("origin") or {}
+                if origin.get("kind") == "file" and origin.get("path"):
+                    known[name] = file_wcs(origin["path"], shapes.get(name, ()),
+                                           origin.get("bytes"))
+            w.sky = carry(shapes, {n: list(wf.nodes[n].inputs) for n in wf.order}, known)
+        return w.sky
+
+    def diff(self, rid: str, name: str, check: Check | None = None) -> dict[str, Any]:
+        """The cells of array ``name`` of replay ``rid`` whose values differ from its parent
+        run's (a NaN equals any NaN), compared chunk by chunk: ``changed`` (their count) and
+        ``mask`` (as a query's answer carries one, :func:`mask_json`). ``check`` is called
+        before each chunk (as before a query's step, :data:`Check`: toward ``name``, at
+        operator ``"diff"``), to stop a long comparison.
+
+        Raises
+        ------
+        NotFound
+            An unknown run, a run that is not a replay, its parent gone, or an array
+            either run lacks.
+        """
+        w = self.warm(rid)
+        loaded = w.run.loaded
+        parent = loaded.info.get("parent")
+        if not parent:
+            raise NotFound(f"run {loaded.id} is not a replay (it has no parent run); a diff "
+                           "compares a replay with the run it derives from")
+        meta = self._array(w, name)
+        try:
+            self.catalog.run(parent)
+        except SubZeroError:
+            raise NotFound(f"run {loaded.id}'s parent run {parent} is no longer in the "
+                           "home") from None
+        theirs = self.catalog.arrays(parent).get(name)
+        if theirs is None:
+            raise NotFound(f"parent run {parent} of run {loaded.id} has no array {name!r}")
+        shape = tuple(meta["shape"])
+        if tuple(theirs["shape"]) != shape:
+            raise QueryError(f"array {name!r} has shape {shape} in run {loaded.id} and "
+                             f"{tuple(theirs['shape'])} in its parent {parent}")
+        lin = changed_cells(loaded.array_path(name), layout.array_path(self.home, parent, name),
+                            shape, tuple(meta["chunks"]),
+                            None if check is None else functools.partial(check, name, "diff",
+                                                                         0, ()))
+        f = Frontier(shape, lin=lin)
+        return {"run": loaded.id, "parent": parent, "array": name, "shape": list(shape),
+                "changed": int(f.n), "mask": mask_json(f)}
 
     def _array(self, w: _Warm, name: Any) -> dict[str, Any]:
         arrays = w.run.loaded.arrays
@@ -283,28 +366,56 @@ class Explorer:
             raise QueryError("give a path or a target (to), not both")
         if to is not None:
             self._array(w, to)
+        scope = parse_scope(spec.get("scope") or "local")
         targets = [to] if (to or path) else default_targets(w.run, direction, start)
-        return [w.qx.query(direction, cells, start, path, t, method, _hook(check, t))
+        return [w.qx.query(direction, cells, start, path, t, method, _hook(check, t), scope)
                 for t in targets]
 
     def paths(self, rid: str, spec: Mapping[str, Any]) -> dict[str, Any]:
         """The paths from ``from`` to ``to`` one by one (at most :data:`MAX_PATHS`, shortest
-        first; ``truncated`` when there are more), for choosing one: each its steps and the
-        arrays it goes through."""
+        first; ``truncated`` when there are more), for choosing one: each its steps, the
+        arrays it goes through, a ``label`` naming what sets it apart from the others
+        (:func:`subzero.query.paths.path_labels`) and whether it is ``global`` (it passes
+        a whole-input step). Given start cells (``cells`` or ``box``, as a query takes
+        them), each path also has the ``count`` of cells it reaches in ``to`` (the path is
+        explicit, so its whole-input steps are taken)."""
         w = self.warm(rid)
         direction = _direction(spec)
         start, to = _text(spec, "from"), _text(spec, "to")
-        self._array(w, start)
+        meta = self._array(w, start)
         self._array(w, to)
+        cells = None
+        if spec.get("cells") is not None or spec.get("box") is not None:
+            cells = query_cells(spec, tuple(meta["shape"]))
+        method = _text(spec, "method", required=False) or "auto"
         wf = w.run.workflow
         found = simple_paths(wf, direction, start, to, limit=MAX_PATHS + 1)
+
+        def whole(op: str, i: int) -> bool:
+            return w.run.loaded.op(op).whole_input(i)
+
         out = []
-        for steps in found[:MAX_PATHS]:
+        for steps, label in zip(found[:MAX_PATHS], path_labels(wf, found[:MAX_PATHS], whole)):
             through = [wf.nodes[op].inputs[i] if direction == "backward" else op
                        for op, i in steps]
-            out.append({"steps": [list(s) for s in steps], "through": through})
+            doc = {"steps": [list(s) for s in steps], "through": through, "label": label,
+                   "global": any(whole(op, i) for op, i in steps)}
+            if cells is not None:
+                doc["count"] = self._path_count(w, direction, cells, start, steps, method)
+            out.append(doc)
         return {"run": w.run.id, "direction": direction, "from": start, "to": to,
                 "paths": out, "truncated": len(found) > MAX_PATHS}
+
+    @staticmethod
+    def _path_count(w: _Warm, direction: str, cells: Any, start: str,
+                    steps: Sequence[tuple[str, int]], method: str) -> int:
+        """The cells one path reaches, kept out of the query log (the optimizer's
+        workload): the listing is not a query the user asked."""
+        log, w.qx.log = w.qx.log, False
+        try:
+            return w.qx.query(direction, cells, start, list(steps), None, method).count
+        finally:
+            w.qx.log = log
 
     def named(self, rid: str, name: str, method: str = "auto", check: Check | None = None
               ) -> dict[str, Any]:
@@ -332,10 +443,11 @@ class Explorer:
 
     def result_file(self, rid: str, spec: Mapping[str, Any], fmt: str,
                     check: Check | None = None) -> tuple[bytes, str]:
-        """The mask a query reached in its one target, as ``.npy`` or FITS bytes
-        (``check``: see :data:`Check`)."""
-        if fmt not in ("npy", "fits"):
-            raise QueryError(f"format {str(fmt)[:20]!r}: expected npy or fits")
+        """The mask a query reached in its one target, as ``.npy`` or FITS bytes, or as a
+        ds9 region file (``reg``, :func:`subzero.serve.regions.mask_to_ds9`, over the
+        array's 2-D picture, :func:`view_shape`) (``check``: see :data:`Check`)."""
+        if fmt not in ("npy", "fits", "reg"):
+            raise QueryError(f"format {str(fmt)[:20]!r}: expected npy, fits or reg")
         w = self.warm(rid)
         if spec.get("named"):
             res = self._named(w, spec["named"], spec.get("method") or "auto", check)
@@ -347,6 +459,8 @@ class Explorer:
         buf = io.BytesIO()
         if fmt == "npy":
             np.save(buf, mask, allow_pickle=False)
+        elif fmt == "reg":
+            buf.write(mask_to_ds9(mask, view_shape(mask.shape)).encode())
         else:
             from astropy.io import fits  # astropy only when a FITS file is asked for
 
@@ -393,11 +507,16 @@ def default_targets(run: Run, direction: str, start: str) -> list[str]:
 
 
 def query_cells(spec: Mapping[str, Any], shape: tuple[int, ...]) -> Any:
-    """A query's start cells from ``cells`` or ``box`` (exactly one), checked against
-    ``shape`` and :data:`MAX_QUERY_CELLS`."""
-    cells, box = spec.get("cells"), spec.get("box")
-    if (cells is None) == (box is None):
-        raise QueryError("give exactly one of cells ('r,c;r,c') or box ('r0:r1,c0:c1')")
+    """A query's start cells from ``cells``, ``box`` or ``region`` (exactly one), checked
+    against ``shape`` and :data:`MAX_QUERY_CELLS`. A region is ds9 region text in image
+    coordinates over the array's 2-D picture (:func:`view_shape`,
+    :mod:`subzero.serve.regions`)."""
+    cells, box, region = spec.get("cells"), spec.get("box"), spec.get("region")
+    if sum(v is not None for v in (cells, box, region)) != 1:
+        raise QueryError("give exactly one of cells ('r,c;r,c'), box ('r0:r1,c0:c1') or "
+                         "region (ds9 region text)")
+    if region is not None:
+        return region_cells(region, shape)
     if box is not None:
         if not isinstance(box, str):
             raise CellError(f"box {str(box)[:60]!r}: expected 'r0:r1,c0:c1'")
@@ -427,6 +546,29 @@ def query_cells(spec: Mapping[str, Any], shape: tuple[int, ...]) -> Any:
         arr = arr.astype(np.int64)
     check_coords(arr, shape, "cells")
     return arr
+
+
+def region_cells(text: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """The coordinates of the cells ds9 region ``text`` selects in an array of ``shape``
+    (over its 2-D picture), rasterised over the box its included regions span only."""
+    if not isinstance(text, str):
+        raise RegionError(f"region {str(text)[:60]!r}: expected ds9 region text")
+    rows, cols = view_shape(shape)
+    regions = parse_ds9(text)
+    r0, r1, c0, c1 = win = window(regions, (rows, cols))
+    if (r1 - r0) * (c1 - c0) > MAX_REGION_BOX:
+        raise TooLarge(f"region spans {r1 - r0:,} x {c1 - c0:,} cells; at most "
+                       f"{MAX_REGION_BOX:,} cells of box")
+    rr, cc = np.nonzero(rasterise(regions, win))
+    if not len(rr):
+        raise CellError(f"region {text.strip()[:60]!r} holds no cell of the array {shape}")
+    if len(rr) > MAX_QUERY_CELLS:
+        raise TooLarge(f"region holds {len(rr):,} cells; at most {MAX_QUERY_CELLS:,} per "
+                       "query")
+    flat = (rr.astype(np.int64) + r0) * cols + (cc.astype(np.int64) + c0)
+    if not shape:  # a scalar's one cell
+        return np.zeros((len(flat), 0), dtype=np.int64)
+    return np.column_stack(np.unravel_index(flat, shape)).astype(np.int64)
 
 
 def parse_path_spec(path: Any) -> list[tuple[str, int]] | None:
@@ -467,6 +609,86 @@ def _first_line(e: BaseException) -> str:
     return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
+def iso_utc(t: Any) -> str | None:
+    """A catalog time (seconds since the epoch) as ISO 8601 UTC (None stays None).
+
+    >>> iso_utc(0)
+    '1970-01-01T00:00:00Z'
+    """
+    if t is None:
+        return None
+    return datetime.fromtimestamp(float(t), timezone.utc).isoformat(
+        timespec="seconds").replace("+00:00", "Z")
+
+
+def origin_phrase(origin: Mapping[str, Any] | None) -> str:
+    """An input's origin (:func:`subzero.engine.inputs.input_origins`) in a few words: a
+    file's base name, ``generated`` for data the workflow made, ``not recorded`` for runs
+    from before origins were recorded.
+
+    >>> origin_phrase({"kind": "file", "path": "/data/calexp-0001.fits"})
+    'calexp-0001.fits'
+    >>> origin_phrase({"kind": "workflow", "description": "generated, seed 0"})
+    'generated'
+    """
+    if not origin:
+        return "not recorded"
+    if origin.get("kind") == "file":
+        return Path(str(origin.get("path", ""))).name
+    return "generated"
+
+
+def summary(op: Any) -> str:
+    """The summary of an operator's class docstring (its first paragraph, on one line;
+    empty when it has none)."""
+    doc = type(op).__doc__ if op is not None else None
+    if not isinstance(doc, str):
+        return ""
+    return " ".join(doc.strip().split("\n\n", 1)[0].split())
+
+
+def changed_cells(path: Path, parent_path: Path, shape: tuple[int, ...],
+                  chunks: tuple[int, ...], before: Callable[[], None] | None = None
+                  ) -> np.ndarray:
+    """The sorted flat indices (uint64) of the cells whose values differ between the
+    arrays at ``path`` and ``parent_path`` (same shape; a NaN equals any NaN), read one
+    chunk box of both at a time (``before`` called before each). An array, or a chunk,
+    that is the parent's own file (a replay links what it did not change) is not read."""
+    if os.path.realpath(path) == os.path.realpath(parent_path):
+        return np.empty(0, dtype=np.uint64)
+    if not shape:  # a scalar: one cell
+        a, b = read_array(path), read_array(parent_path)
+        differs = bool(np.asarray(a != b)) and not bool((_isnan(a) & _isnan(b)).any())
+        return np.zeros(int(differs), dtype=np.uint64)
+    found = []
+    for key in grid_keys(shape, chunks):
+        if before is not None:
+            before()
+        mine, theirs = chunk_file(path, key), chunk_file(parent_path, key)
+        try:
+            if os.path.samefile(mine, theirs):
+                continue
+        except OSError:
+            pass  # a chunk file absent (fill values) or a scalar's: compared by value
+        lo = tuple(k * c for k, c in zip(key, chunks))
+        box = Box(lo, tuple(min(s, a + c) for s, a, c in zip(shape, lo, chunks)))
+        a, b = read_box(path, box), read_box(parent_path, box)
+        diff = np.asarray(a != b)
+        if a.dtype.kind in "fc" or b.dtype.kind in "fc":
+            diff &= ~(_isnan(a) & _isnan(b))
+        if diff.any():
+            where = np.nonzero(diff)
+            found.append(np.ravel_multi_index(
+                tuple(w + l for w, l in zip(where, lo)), shape).astype(np.uint64))
+    if not found:
+        return np.empty(0, dtype=np.uint64)
+    return np.sort(np.concatenate(found))
+
+
+def _isnan(a: np.ndarray) -> np.ndarray:
+    return np.isnan(a) if a.dtype.kind in "fc" else np.zeros(a.shape, dtype=bool)
+
+
 def read_view(path: Path, shape: Sequence[int], rows: tuple[int, int],
               cols: tuple[int, int], f: int = 1) -> np.ndarray:
     """Rows ``rows[0]:rows[1]:f`` by columns ``cols[0]:cols[1]:f`` of an array's 2-D picture
@@ -492,8 +714,9 @@ def read_view(path: Path, shape: Sequence[int], rows: tuple[int, int],
 
 def answer(run: Run, direction: str, start: str, results: list[LineageResult],
            elapsed_s: float) -> dict[str, Any]:
-    """The API's answer: per target its count, its steps (each with the array it reached)
-    and the masks of the target and of every array along the way."""
+    """The API's answer: per target its count, its steps (each with the array it reached),
+    the masks of the target and of every array along the way (of the local answer in local
+    scope), its scope and the global dependencies it listed instead of following."""
     wf = run.workflow
     out = []
     for res in results:
@@ -504,7 +727,8 @@ def answer(run: Run, direction: str, start: str, results: list[LineageResult],
             steps.append({**s.to_json(), "reached": reached})
         out.append({"array": res.array, "shape": list(res.shape), "count": res.count,
                     "elapsed_s": res.elapsed_s, "steps": steps, "mask": mask_json(res.frontier),
-                    "along": {a: mask_json(f) for a, f in res.along.items()}})
+                    "along": {a: mask_json(f) for a, f in res.along.items()},
+                    "scope": res.scope, "global": [g.to_json() for g in res.global_deps]})
     return {"run": run.id, "direction": direction, "from": start, "results": out,
             "elapsed_s": elapsed_s}
 

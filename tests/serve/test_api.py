@@ -138,7 +138,7 @@ def test_paths_one_by_one_and_a_query_along_one(server, astro_home):
     assert doc["truncated"] is False
     lengths = [len(p["steps"]) for p in doc["paths"]]
     assert lengths == sorted(lengths)
-    union = run.backward([(100, 100)], "clust", to="exp1").mask
+    union = run.backward([(100, 100)], "clust", to="exp1", scope="all").mask
     masks = []
     for p in doc["paths"]:
         assert p["through"][-1] == "exp1" and len(p["through"]) == len(p["steps"])
