@@ -35,6 +35,15 @@ phases, and the slow queries' answers (status counts, wall times).
 CLI: the same workload (its first ``--cli-queries``, default all), each query one
 ``python -m subzero.cli query ... --json`` process, timed whole (start to exit).
 
+Browser: headless Chromium (Selenium; skipped, and the JSON says why, without it) opens
+the page on the run ``--page-loads`` times (default 5; browser cache off, so each load
+fetches its tiles) and records ``window.__firstImageMs``, the page's ``performance.now()``
+when its first tile is drawn (from the start of navigation); then opens ``clust``, backward
+to ``exp1``, and clicks ``--clicks`` star pixels (default 10), recording
+``window.__lastAnswerMs``, from the click to the answer's overlay drawn in the right pane.
+On the run above and, when that run is the real exposures, on a generated run as well
+(``browser`` by data).
+
 Output: JSON printed and written to ``benchmarks/results/serve.json`` (``--out``
 elsewhere; ``--quick``: 40 HTTP and 20 CLI queries, one tile round, never over the
 committed file), with a ``targets`` block: HTTP median <= 50 ms and p95 <= 150 ms (stored
@@ -202,6 +211,67 @@ def tiles_beside_slow_queries(url: str, rid: str, shape: tuple[int, int], client
     }
 
 
+def in_browser(url: str, home: Path, rid: str, loads: int, clicks: int) -> dict:
+    """Page load to the first drawn tile, and click to the drawn answer, in headless
+    Chromium (see the module docstring)."""
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    driver_bin = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+    if not (Path(chromium).exists() and Path(driver_bin).exists()):
+        return {"skipped": f"no headless browser ({chromium}, {driver_bin})"}
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+        from selenium.webdriver.common.action_chains import ActionChains
+        from selenium.webdriver.common.by import By
+    except ImportError as e:
+        return {"skipped": f"no selenium ({e})"}
+    from subzero.api import Home
+
+    clust = np.asarray(Home(home).get(rid).array("clust"))
+    stars = np.argwhere(clust > 0)
+    rng = random.Random(11)
+    cells = [tuple(int(v) for v in stars[rng.randrange(len(stars))]) for _ in range(clicks)]
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+              "--window-size=1400,1000"):
+        opts.add_argument(a)
+    d = webdriver.Chrome(service=Service(driver_bin), options=opts)
+
+    def until(script: str, timeout: float = 60.0):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            got = d.execute_script(script)
+            if got is not None:
+                return got
+            time.sleep(0.01)
+        raise RuntimeError(f"bench_serve: the page did not answer {script!r}")
+
+    first, answers = [], []
+    try:
+        d.execute_cdp_cmd("Network.enable", {})
+        d.execute_cdp_cmd("Network.setCacheDisabled", {"cacheDisabled": True})
+        for _ in range(loads):
+            d.get("about:blank")
+            d.get(f"{url}/#run={rid}&left=clust")
+            first.append(until("return window.__firstImageMs") / 1000)
+        d.execute_script("document.getElementById('direction-backward').click();"
+                         "const t = document.getElementById('target-select');"
+                         "t.value = 'exp1'; t.dispatchEvent(new Event('change'));")
+        viewer = d.find_element(By.ID, "viewer")
+        for r, c in cells:
+            d.execute_script("window.__lastAnswerMs = undefined;"
+                             "window.subzero.centerOn(arguments[0], arguments[1], 4)", r, c)
+            off = d.execute_script("return window.subzero.cellOffset(arguments[0], "
+                                   "arguments[1])", r, c)
+            ActionChains(d).move_to_element_with_offset(viewer, round(off["dx"]),
+                                                        round(off["dy"])).click().perform()
+            answers.append(until("return window.__lastAnswerMs") / 1000)
+    finally:
+        d.quit()
+    return {"run": rid, "first_image": summary(first), "click_to_answer": summary(answers)}
+
+
 def workload(n: int, shape: tuple[int, int], seed: int = 7) -> list[tuple[str, dict]]:
     """``n`` (kind, fields) queries in a fixed random order."""
     rng = random.Random(seed)
@@ -248,6 +318,8 @@ def main() -> None:
                    help="clients sending slow queries while tiles are measured (default 4)")
     p.add_argument("--tile-rounds", type=int, default=4,
                    help="times every tile is fetched in each phase of that (default 4)")
+    p.add_argument("--page-loads", type=int, default=5, help="page loads timed (default 5)")
+    p.add_argument("--clicks", type=int, default=10, help="clicks timed (default 10)")
     args = p.parse_args()
     n_queries = 40 if args.quick else args.queries
     n_cli = 20 if args.quick else (args.cli_queries or n_queries)
@@ -265,6 +337,11 @@ def main() -> None:
         tmp = Path(tempfile.mkdtemp(prefix="bench-serve-"))
         home = tmp / "home"
         rid, data = make_run(home)
+    browser_runs = {data: rid}
+    if data == "real LSST exposures":  # the fixtures' kind of run too, beside the real one
+        p = cli("run", "astronomy", "--home", str(home), "--strategy", "subzero", "--json")
+        if p.returncode == 0:
+            browser_runs["generated exposures"] = json.loads(p.stdout)["run"]
     proc, url = start_server(home)
     try:
         client = Client(url)
@@ -287,6 +364,9 @@ def main() -> None:
         tiles = fetch_tiles(client, tile_paths(rid, shape), 1)
         beside = tiles_beside_slow_queries(url, rid, shape, args.slow_queries,
                                            1 if args.quick else args.tile_rounds)
+        loads, clicks = (2, 4) if args.quick else (args.page_loads, args.clicks)
+        page = {kind: in_browser(url, home, r, loads, clicks)
+                for kind, r in browser_runs.items()}
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -322,6 +402,7 @@ def main() -> None:
         "tiles": tile_s,
         "tiles_beside_slow_queries": beside,
         "cli": cli_s,
+        "browser": page,
         "targets": {
             "http_median_ms<=50": {"value": http_sm["median_ms"], "met": http_sm["median_ms"] <= 50},
             "http_p95_ms<=150": {"value": http_sm["p95_ms"], "met": http_sm["p95_ms"] <= 150},

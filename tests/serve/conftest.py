@@ -112,3 +112,46 @@ def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
             return got
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+#: a TAN WCS with a rotated CD matrix, like the LSST exposures'
+TAN = {"CTYPE1": "RA---TAN", "CTYPE2": "DEC--TAN", "CRVAL1": 150.25, "CRVAL2": 2.5,
+       "CRPIX1": 16.5, "CRPIX2": 24.0, "CD1_1": -5.0e-5, "CD1_2": 1.0e-5,
+       "CD2_1": 1.0e-5, "CD2_2": 5.0e-5, "RADESYS": "ICRS", "EQUINOX": 2000.0}
+#: the shape of the sky home's image
+SKY_SHAPE = (48, 32)
+
+
+def sky_header(cards: dict, shape=SKY_SHAPE):
+    """A FITS header of a 2-d image of ``shape`` with ``cards``."""
+    from astropy.io import fits
+
+    h = fits.Header()
+    h["NAXIS"], h["NAXIS1"], h["NAXIS2"] = 2, shape[1], shape[0]
+    for k, v in cards.items():
+        h[k] = v
+    return h
+
+
+@pytest.fixture(scope="session")
+def sky_home(spark, tmp_path_factory):
+    """A home with an example run whose inputs are files (the image a FITS file with a TAN
+    WCS), a replay of it, and a generated example run."""
+    import numpy as np
+    from astropy.io import fits
+
+    from subzero.api import Home
+
+    d = tmp_path_factory.mktemp("sky")
+    img = np.random.default_rng(0).integers(1000, 3000, SKY_SHAPE).astype(np.uint16)
+    fits.PrimaryHDU(img, header=sky_header(TAN)).writeto(d / "calexp-0001.fits")
+    np.save(d / "thr.npy", np.full((1, 1), 200.0))
+    home = Home(d / "home")
+    run = home.run("example", inputs={"image": str(d / "calexp-0001.fits"),
+                                      "threshold": str(d / "thr.npy")},
+                   shape="48x32", split=(2, 2), quiet=True)
+    replay = run.replay("image", [(3, 3), (40, 20)], value=60000, quiet=True)
+    made = home.run("example", shape="48x32", quiet=True)
+    server = Server(d / "home")
+    yield run, replay, made, server
+    server.stop()

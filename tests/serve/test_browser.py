@@ -1,6 +1,7 @@
 """The explorer as a person uses it, in a real headless Chromium: open the page, pick the
-astronomy run, open `clust`, choose backward to `exp1`, click a pixel of a star; the overlay
-appears and its count equals the API's and the command line's for the same cell."""
+astronomy run, open `clust`, choose backward to `exp1`, click a pixel of a star; `exp1`
+opens in the right pane with the overlay, and its count equals the API's and the command
+line's for the same cell. (More of the page: ``test_browser_views.py``.)"""
 
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ def test_click_a_star_and_see_its_lineage(server, browser, astro_home, tmp_path)
         .click().perform()
 
     count_el = wait_for(lambda: d.find_elements(By.ID, "result-count"), what="a result")[0]
-    wait_for(lambda: d.find_element(By.ID, "array-name").text == "exp1", what="exp1 shown")
+    wait_for(lambda: d.find_element(By.ID, "answer-name").text == "exp1", what="exp1 shown")
+    assert d.find_element(By.ID, "array-name").text == "clust"  # the clicked array stays
     sent = d.execute_script("return window.subzero.state.answer.spec")
     assert sent["from"] == "clust" and sent["cells"] == f"{r},{c}" and sent["to"] == "exp1"
     shown = int(count_el.text.replace(",", ""))
@@ -75,8 +77,9 @@ def test_click_a_star_and_see_its_lineage(server, browser, astro_home, tmp_path)
     Select(d.find_element(By.ID, "target-select")).select_by_value("exp1")
     via = Select(d.find_element(By.ID, "path-select"))
     wait_for(lambda: len(via.options) > 2, what="the paths clust -> exp1")
-    pixel_path = next(o for o in via.options if "bgmean1" not in o.text
-                      and "maskexp" not in o.text and "meanoverscan1" not in o.text
+    through = lambda o: o.get_attribute("data-through") or ""  # noqa: E731
+    pixel_path = next(o for o in via.options if "bgmean1" not in through(o)
+                      and "maskexp" not in through(o) and "meanoverscan1" not in through(o)
                       and o.get_attribute("value"))
     value = pixel_path.get_attribute("value")
     via.select_by_value(value)
@@ -86,7 +89,7 @@ def test_click_a_star_and_see_its_lineage(server, browser, astro_home, tmp_path)
         .click().perform()
     wait_for(lambda: (d.execute_script("return window.subzero.state.answer.spec") or {})
              .get("path"), what="a query along one path")
-    wait_for(lambda: d.find_element(By.ID, "array-name").text == "exp1", what="exp1 again")
+    wait_for(lambda: d.find_element(By.ID, "answer-name").text == "exp1", what="exp1 again")
     one = int(d.find_element(By.ID, "result-count").text.replace(",", ""))
     path = [tuple(s.split(":")) for s in value.split(",")]
     expected = run.backward([(r, c)], "clust", path=[(op, int(i)) for op, i in path]).count
@@ -106,7 +109,7 @@ def test_click_a_star_and_see_its_lineage(server, browser, astro_home, tmp_path)
     assert shot.stat().st_size > 10_000
     print(f"screenshot: {shot}")
     steps[0].click()  # the first step: clust back to rmcr
-    wait_for(lambda: d.find_element(By.ID, "array-name").text == shown_steps[0]["reached"],
+    wait_for(lambda: d.find_element(By.ID, "answer-name").text == shown_steps[0]["reached"],
              what="the first step's array")
     assert d.execute_script("return window.subzero.overlayPixels()") > 0
 

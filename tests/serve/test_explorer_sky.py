@@ -12,29 +12,18 @@ from datetime import datetime
 import numpy as np
 import pytest
 
-from subzero.api import Home
 from subzero.engine.arrays import write_array
 from subzero.serve.explorer import changed_cells, unrle
 from subzero.serve.regions import (RegionError, ds9_to_mask, mask_boxes, mask_to_ds9,
                                    parse_ds9)
 from subzero.serve.sky import SkyError, carry, header_wcs, pixel_to_sky
-from tests.serve.conftest import Server
+from tests.serve.conftest import SKY_SHAPE, TAN, sky_header
 
-SHAPE = (48, 32)
-#: a TAN WCS with a rotated CD matrix, like the LSST exposures'
-TAN = {"CTYPE1": "RA---TAN", "CTYPE2": "DEC--TAN", "CRVAL1": 150.25, "CRVAL2": 2.5,
-       "CRPIX1": 16.5, "CRPIX2": 24.0, "CD1_1": -5.0e-5, "CD1_2": 1.0e-5,
-       "CD2_1": 1.0e-5, "CD2_2": 5.0e-5, "RADESYS": "ICRS", "EQUINOX": 2000.0}
+SHAPE = SKY_SHAPE
 
 
 def _header(cards: dict, shape=SHAPE):
-    from astropy.io import fits
-
-    h = fits.Header()
-    h["NAXIS"], h["NAXIS1"], h["NAXIS2"] = 2, shape[1], shape[0]
-    for k, v in cards.items():
-        h[k] = v
-    return h
+    return sky_header(cards, shape)
 
 
 def _astropy(header, rows, cols):
@@ -169,27 +158,6 @@ def test_annotations_and_comments_select_nothing():
 
 
 # -- the API --------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def sky_home(spark, tmp_path_factory):
-    """A home with an example run whose inputs are files (the image a FITS file with a TAN
-    WCS), a replay of it, and a generated example run."""
-    from astropy.io import fits
-
-    d = tmp_path_factory.mktemp("sky")
-    img = np.random.default_rng(0).integers(1000, 3000, SHAPE).astype(np.uint16)
-    fits.PrimaryHDU(img, header=_header(TAN)).writeto(d / "calexp-0001.fits")
-    np.save(d / "thr.npy", np.full((1, 1), 200.0))
-    home = Home(d / "home")
-    run = home.run("example", inputs={"image": str(d / "calexp-0001.fits"),
-                                      "threshold": str(d / "thr.npy")},
-                   shape="48x32", split=(2, 2), quiet=True)
-    replay = run.replay("image", [(3, 3), (40, 20)], value=60000, quiet=True)
-    made = home.run("example", shape="48x32", quiet=True)
-    server = Server(d / "home")
-    yield run, replay, made, server
-    server.stop()
-
-
 def test_runs_say_when_and_from_what(sky_home):
     run, replay, made, server = sky_home
     status, runs = server.json("/api/runs")
