@@ -552,6 +552,10 @@ def create_app(home: Any, token: str | None = None, loopback: bool = True,
         return err or Response(data, media_type="image/png",
                                headers={"Cache-Control": "private, max-age=3600"})
 
+    async def values(request: Request) -> Response:
+        p = request.path_params
+        return await svc.answer(lambda ex: ex.values(p["run"], p["name"], p["y"], p["x"]))
+
     async def query(request: Request) -> Response:
         try:
             spec = await _spec(request)
@@ -600,6 +604,7 @@ def create_app(home: Any, token: str | None = None, loopback: bool = True,
         Route("/api/status", status),
         Route("/api/runs/{run}", run_info),
         Route("/api/runs/{run}/arrays/{name}/tiles/{z:int}/{y:int}/{x:int}.png", tile),
+        Route("/api/runs/{run}/arrays/{name}/values/{y:int}/{x:int}", values),
         Route("/api/runs/{run}/query.{fmt}", query_file),
         Route("/api/runs/{run}/query", query, methods=["GET", "POST"]),
         Route("/api/runs/{run}/paths", paths),

@@ -46,6 +46,8 @@ from subzero.serve.sky import carry, file_wcs
 
 #: a tile's side in pixels
 TILE = 256
+#: the readout's values travel in blocks of this many cells a side
+VALUE_BLOCK = 32
 #: the coarsest zoom level: each tile pixel stands for 2**MAX_ZOOM cells per axis
 MAX_ZOOM = 12
 #: the most cells one query may start from
@@ -321,6 +323,32 @@ class Explorer:
                           (c0, min(wd, c0 + span)), f)
         lo, hi = self._stretch(w, path, meta)
         return png(grey(block, lo, hi))
+
+    def values(self, rid: str, name: str, ty: int, tx: int) -> dict[str, Any]:
+        """The cell values of block ``(ty, tx)`` (:data:`VALUE_BLOCK` cells a side) of array
+        ``name``'s 2-D picture, for the readout under the cursor: ``{"rows": [r0, r1],
+        "cols": [c0, c1], "values": rows of numbers}`` (NaN and infinities as null, text as
+        strings)."""
+        w = self.warm(rid)
+        meta = self._array(w, name)
+        h, wd = view_shape(meta["shape"])
+        ny, nx = -(-h // VALUE_BLOCK), -(-wd // VALUE_BLOCK)
+        if not (0 <= ty < ny and 0 <= tx < nx):
+            raise CellError(f"value block ({ty}, {tx}) is outside array {name!r}: it has "
+                            f"{ny} x {nx} blocks of {VALUE_BLOCK} x {VALUE_BLOCK} cells")
+        r0, c0 = ty * VALUE_BLOCK, tx * VALUE_BLOCK
+        r1, c1 = min(h, r0 + VALUE_BLOCK), min(wd, c0 + VALUE_BLOCK)
+        block = np.asarray(read_view(w.run.loaded.array_path(name), meta["shape"], (r0, r1),
+                                     (c0, c1)))
+        if block.dtype.kind in "fc":
+            vals = np.where(np.isfinite(block), block, np.nan).astype(object)
+            vals[~np.isfinite(block)] = None
+            values = [[None if v is None else float(v) for v in row] for row in vals]
+        elif block.dtype.kind in "biu":
+            values = block.tolist()
+        else:
+            values = [[str(v) for v in row] for row in block]
+        return {"rows": [r0, r1], "cols": [c0, c1], "values": values}
 
     @staticmethod
     def _stretch(w: _Warm, path: Path, meta: Mapping[str, Any]) -> tuple[float, float]:

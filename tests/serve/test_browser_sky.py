@@ -44,7 +44,7 @@ def _sky(row: int, col: int) -> tuple[str, str]:
                                          alwayssign=True))
 
 
-def test_the_readout_places_the_cell_under_the_cursor_on_the_sky(sky_home, browser):
+def test_the_readout_gives_the_value_and_sky_position_under_the_cursor(sky_home, browser):
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
 
@@ -57,10 +57,12 @@ def test_the_readout_places_the_cell_under_the_cursor_on_the_sky(sky_home, brows
                                row, col)
         ActionChains(d).move_to_element_with_offset(
             d.find_element(By.ID, "viewer"), round(off["dx"]), round(off["dy"])).perform()
-        text = wait_for(lambda: (lambda t: t if f"image[{row}, {col}]" in t else None)(
-            d.find_element(By.ID, "readout").text), what=f"the readout at ({row}, {col})")
+        value = int(run.array("image")[row, col])
+        want = f"image[{row}, {col}] = {value}"
+        text = wait_for(lambda: (lambda t: t if want in t else None)(
+            d.find_element(By.ID, "readout").text), what=f"the readout {want!r}")
         ra, dec = _sky(row, col)
-        assert f"RA {ra}  Dec {dec}" in text, (text, ra, dec)
+        assert f"{want}  RA {ra}  Dec {dec}" in text, (text, ra, dec)
     _shot(d, "8-sky-readout")
 
 
@@ -88,3 +90,58 @@ def test_a_replay_shows_its_changed_cells_beside_its_parent(sky_home, browser):
     assert panes[0] == {"rid": run.id, "array": "image"}
     assert panes[1] == {"rid": replay.id, "array": "image"}
     _shot(d, "10-replay-beside-parent")
+
+
+@pytest.fixture(scope="module")
+def real_astro(spark, shared_data, tmp_path_factory):
+    """The astronomy workflow on the real LSST exposures, served."""
+    from subzero.api import Home
+    from tests.serve.conftest import Server
+
+    home = Home(tmp_path_factory.mktemp("real") / "home")
+    run = home.run("astronomy", data="real", quiet=True)
+    server = Server(home.path)
+    yield run, server, shared_data
+    server.stop()
+
+
+def test_the_real_run_answers_a_star_locally_and_reads_out_the_sky(real_astro, browser):
+    """On the real exposures: the first click on a star pixel of clust answers the star's
+    local lineage in exp1 (hundreds of pixels, the global means listed), and the readout of
+    exp1 gives the RA/Dec astropy gives from the exposure's own header."""
+    from astropy.io import fits
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    from tests.serve.test_browser import _star_pixel
+    from tests.serve.test_browser_views import _answer, _click_cell, _open_clust
+
+    run, server, data = real_astro
+    d = browser
+    _open_clust(d, server, run)
+    r, c = _star_pixel(run)
+    _click_cell(d, r, c)
+    res = _answer(d)["results"][0]
+    assert res["array"] == "exp1" and res["scope"] == "local" and 100 < res["count"] < 10_000
+    assert "bgmean1" in {g["operator"] for g in res["global"]}
+    _shot(d, "11-real-star")
+
+    _, listed = server.json("/api/runs")
+    origin = next(i["origin"] for r_ in listed if r_["id"] == run.id for i in r_["inputs"]
+                  if i["name"] == "exp1")
+    header = fits.getheader(next(data.rglob(origin)))
+    from astropy.wcs import WCS
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ra, dec = WCS(header).celestial.all_pix2world([[c, r]], 0)[0]
+    d.execute_script("window.subzero.openArray('exp1', false)")
+    off = d.execute_script("return window.subzero.cellOffset(arguments[0], arguments[1])", r, c)
+    ActionChains(d).move_to_element_with_offset(
+        d.find_element(By.ID, "viewer"), round(off["dx"]), round(off["dy"])).perform()
+    text = wait_for(lambda: (lambda t: t if f"exp1[{r}, {c}]" in t and "RA " in t else None)(
+        d.find_element(By.ID, "readout").text), what="the readout on the sky")
+    sky = d.execute_script("return window.subzero.skyOf(window.subzero.state.arrays.exp1.wcs, "
+                           "arguments[0], arguments[1])", r, c)
+    assert abs(sky["ra"] - ra) * 3600 < 0.01 and abs(sky["dec"] - dec) * 3600 < 0.01
+    _shot(d, "12-real-readout")

@@ -284,3 +284,16 @@ def test_bad_regions_are_one_line(sky_home, body, code, words):
                               {"direction": "forward", "from": "image", "to": "calibrate",
                                **body})
     assert status == code and words in doc["error"] and "\n" not in doc["error"]
+
+
+def test_values_travel_in_blocks_for_the_readout(sky_home):
+    run, _, _, server = sky_home
+    image = run.array("image")
+    status, doc = server.json(f"/api/runs/{run.id}/arrays/image/values/1/0")
+    assert status == 200 and doc["rows"] == [32, 48] and doc["cols"] == [0, 32]
+    assert doc["values"] == image[32:48, 0:32].tolist()
+    status, doc = server.json(f"/api/runs/{run.id}/arrays/calibrate/values/0/0")
+    assert status == 200 and doc["values"][0][0] == pytest.approx(float(run.array(
+        "calibrate")[0, 0]))
+    status, doc = server.json(f"/api/runs/{run.id}/arrays/image/values/2/0")
+    assert status == 400 and "outside array 'image'" in doc["error"]

@@ -32,6 +32,7 @@ const state = {
   result: 0,          // which of its results (targets) is shown
   selection: null,    // {rid, array, r0, c0, r1, c1} view cells of the query's start
   diff: null,         // {rid, array, runs, view, count} the changed cells of a replay
+  cursor: null,       // {r, c} the view cell under the mouse (the readout's)
   ui: { mode: "fill", opacity: 0.7, blink: false, blinkOn: false },
   busy: 0,
   asking: null,       // the AbortController of the query on its way
@@ -788,6 +789,26 @@ function sexagesimal(deg, hours) {
   return `${sign}${p(a)}:${p(b)}:${(t / unit).toFixed(digits).padStart(3 + digits, "0")}`;
 }
 
+// cell values for the readout, fetched a block at a time (GET .../values/{y}/{x}) and kept
+const VALUE_BLOCK = 32;
+const valueBlocks = new Map();  // "rid/array/ty/tx" -> {rows, cols, values} | "pending"
+
+function valueAt(rid, array, r, c, again) {
+  const ty = Math.floor(r / VALUE_BLOCK), tx = Math.floor(c / VALUE_BLOCK);
+  const key = `${rid}/${array}/${ty}/${tx}`;
+  const got = valueBlocks.get(key);
+  if (got === undefined) {
+    valueBlocks.set(key, "pending");
+    api(`/api/runs/${encodeURIComponent(rid)}/arrays/${encodeURIComponent(array)}/values/${ty}/${tx}`)
+      .then((b) => { valueBlocks.set(key, b); again(); })
+      .catch(() => valueBlocks.delete(key));
+    return undefined;
+  }
+  if (got === "pending") return undefined;
+  const v = got.values[r - got.rows[0]][c - got.cols[0]];
+  return v === null ? "NaN" : (typeof v === "number" && !Number.isInteger(v) ? v.toPrecision(6) : String(v));
+}
+
 // the readout: under the cursor, the same cell of each pane (they are locked together)
 function readout(cell) {
   const lines = [];
@@ -798,6 +819,10 @@ function readout(cell) {
     if (!a) continue;
     if (!inView(a, cell)) { lines.push(`${src.array}: outside`); continue; }
     let line = `${src.array}[${coordsOf(a, cell.r, cell.c).join(", ")}]`;
+    const value = valueAt(src.rid, src.array, cell.r, cell.c, () => {
+      if (state.cursor && state.cursor.r === cell.r && state.cursor.c === cell.c) readout(cell);
+    });
+    if (value !== undefined) line += ` = ${value}`;
     const inMask = masksOf(src).find((m) => m.rgb.startsWith("255") && m.mask.runs);
     if (inMask) line += bitmap(inMask.mask)[cell.r * a.view[1] + cell.c] ? "  in the answer" : "";
     const sky = a.shape.length === 2 ? skyOf(a.wcs, cell.r, cell.c) : null;
@@ -826,7 +851,10 @@ function setupViewer() {
     for (const p of state.panes) {
       const box = p.el.getBoundingClientRect();
       const x = e.clientX - box.left, y = e.clientY - box.top;
-      if (x >= 0 && y >= 0 && x < box.width && y < box.height) readout(cellAt(x, y));
+      if (x >= 0 && y >= 0 && x < box.width && y < box.height) {
+        state.cursor = cellAt(x, y);
+        readout(state.cursor);
+      }
     }
     if (!drag) return;
     const box = state.panes[drag.pane].el.getBoundingClientRect();
