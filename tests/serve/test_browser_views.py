@@ -79,6 +79,9 @@ def test_a_star_pixel_gives_a_local_answer_and_its_global_dependencies(server, b
     assert wait_for(lambda: d.execute_script("return window.subzero.overlayPixels()"),
                     what="the overlay") > 0
     _shot(d, "1-local-answer")
+    hover = d.execute_script(
+        "return document.querySelector('#graph .node[data-array=\"rmcr\"] title').textContent")
+    assert "comp-one-bwd: mapping functions, plus payloads stored for the cells" in hover
     assert res["scope"] == "local"
     assert 1 < count < 10_000  # the star and its neighbourhood, not the whole exposure
     items = d.find_elements(By.CSS_SELECTOR, "#global-deps li")

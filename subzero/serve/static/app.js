@@ -271,9 +271,10 @@ function drawGraph() {
                         : `input ${a.shape.join("x")}`;
     const title = document.createElementNS(NS, "title");
     title.textContent = op ? (op.description ? `${a.name}: ${op.description}\n` : "") +
-      `${a.name} = ${op.class}(${op.inputs.join(", ")}); strategies ` +
-      `${op.strategies.join(", ")}; lineage ${human(op.lineage_bytes)}; runtime ` +
-      `${op.runtime_s ? op.runtime_s.toFixed(3) + " s" : "-"}` : `${a.name}: workflow input`;
+      `${a.name} = ${op.class}(${op.inputs.join(", ")}); lineage ${human(op.lineage_bytes)}; ` +
+      `runtime ${op.runtime_s ? op.runtime_s.toFixed(3) + " s" : "-"}\n` +
+      op.strategies.map((n) => `${n}: ${strategyWords(n)}`).join("\n")
+      : `${a.name}: workflow input`;
     g.append(rect, t1, t2, title);
     g.addEventListener("click", () => openArray(a.name));
     svg.appendChild(g);
@@ -1112,6 +1113,19 @@ function downloadLinks(doc, res) {
   return `<a href="/api/runs/${rid}/query.npy?${q}" download>mask .npy</a>` +
          `<a href="/api/runs/${rid}/query.fits?${q}" download>mask .fits</a>` +
          `<a href="/api/runs/${rid}/query.reg?${q}" download id="region-link">ds9 region .reg</a>`;
+}
+
+// what a strategy's name means (subzero/modes.py), for the graph's hover text
+function strategyWords(name) {
+  if (name === "blackbox") return "nothing stored; a query re-runs the operator on the cells it needs";
+  if (name === "map") return "nothing stored; a query applies the operator's mapping functions";
+  const m = /^(full|pay|comp)-(one|many)-(bwd|fwd)$/.exec(name);
+  if (!m) return name;
+  const what = { full: "every cell's input cells stored", pay: "a small payload stored per cell",
+                 comp: "mapping functions, plus payloads stored for the cells they do not fit" }[m[1]];
+  const enc = m[2] === "one" ? "one record per cell" : "one record per region (with an R-tree)";
+  const dir = m[3] === "bwd" ? "keyed by output cell: fast backward" : "keyed by input cell: fast forward";
+  return `${what}; ${enc}; ${dir}`;
 }
 
 // "and bgmean1 (MeanBroadcast): every one of the 1,026,513 cells of flatcorrect1", with
