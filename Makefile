@@ -1,4 +1,4 @@
-# SubZero on Spark. `make demo` and `make test` set everything up on a fresh machine
+# SubZero on Spark. `make demo`, `make test` and `make docs` set everything up on a fresh machine
 # (Python 3.11+, Java 17+): a virtualenv in .venv with the package and its dependencies.
 
 PYTHON ?= python3
@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 JAVA   := $(if $(JAVA_HOME),$(JAVA_HOME)/bin/java,java)
 HOME_DIR ?= subzero-home
 
-.PHONY: demo test bench check-java browser install bytecode clean
+.PHONY: demo test bench docs check-java browser install bytecode clean
 
 check-java:
 	@v=$$($(JAVA) -version 2>&1 | sed -n 's/.*version "\([0-9][0-9]*\).*/\1/p' | head -n 1); \
@@ -31,7 +31,7 @@ $(STAMP): setup.cfg pyproject.toml
 	  echo "error: '$(PYTHON) -m venv' failed; on Debian: sudo apt-get install python3-venv" >&2; \
 	  rm -rf $(VENV); exit 1; }
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install -qq -e '.[test]'
+	$(BIN)/python -m pip install -qq -e '.[test,docs]'
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -66,5 +66,12 @@ test: check-java $(STAMP) bytecode browser
 bench: check-java $(STAMP) bytecode
 	$(BIN)/python benchmarks/bench_executor.py --quick
 
+# The documentation site, in docs/_build/html: Markdown pages (MyST), the API reference from
+# the docstrings (numpydoc) and the command line's from its parser. A warning is an error,
+# and every one is reported before the build fails.
+docs: $(STAMP)
+	$(BIN)/python -m sphinx -b html -W --keep-going -q docs docs/_build/html
+	@echo "documentation in docs/_build/html/index.html"
+
 clean:
-	rm -rf $(HOME_DIR) .pytest_cache .hypothesis build *.egg-info
+	rm -rf $(HOME_DIR) .pytest_cache .hypothesis build *.egg-info docs/_build

@@ -1,0 +1,76 @@
+"""The documentation site builds without a warning, and its references follow the code."""
+
+from __future__ import annotations
+
+import argparse
+import html
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from subzero.cli.main import build_parser
+from tests.conftest import ROOT
+
+NO_DOCS_EXTRA = "the docs extra is not installed: pip install -e '.[docs]'"
+for _module in ("sphinx", "myst_parser", "numpydoc"):
+    pytest.importorskip(_module, reason=NO_DOCS_EXTRA)
+
+#: the API reference's curated names, each documented on the API page
+API_NAMES = (
+    "subzero.api.Home", "subzero.api.Run", "subzero.workflow.Workflow",
+    "subzero.operator.Operator", "subzero.runtime.TaskContext", "operators.udf.elementwise",
+    "operators.udf.stencil", "operators.udf.along", "operators.udf.rows",
+    "operators.udf.columns", "operators.udf.whole_array", "operators.udf.blackbox",
+    "operators.udf.cells", "operators.udf.Lineage",
+)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The HTML site, built as ``make docs`` builds it (warnings are errors) in a temp dir."""
+    out = tmp_path_factory.mktemp("docs")
+    r = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going", "-E", "-q",
+         "-d", str(out / "doctrees"), str(ROOT / "docs"), str(out / "html")],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"the documentation build failed:\n{r.stdout}{r.stderr}"
+    assert "WARNING" not in r.stderr, r.stderr
+    return out / "html"
+
+
+def _text(page: Path) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", page.read_text()))
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> list[str]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return list(action.choices)
+    return []
+
+
+def test_docs_build_without_warnings(site: Path) -> None:
+    for page in ("index", "guide/your-workflow", "reference/lineage", "reference/cli",
+                 "reference/api"):
+        assert (site / f"{page}.html").is_file(), f"{page} was not built"
+
+
+def test_cli_page_lists_every_subcommand_of_the_parser(site: Path) -> None:
+    names = _subcommands(build_parser())
+    assert names, "the parser has no subcommand"
+    page = _text(site / "reference" / "cli.html")
+    for name in names:
+        assert f"usage: subzero {name} " in page or f"usage: subzero {name}\n" in page, (
+            f"the CLI page does not show the usage of 'subzero {name}'")
+    headings = re.findall(r'<section id="subzero-([\w-]+)">',
+                          (site / "reference" / "cli.html").read_text())
+    assert headings == names, "the CLI page's sections are not the parser's subcommands"
+
+
+def test_api_page_documents_the_curated_names(site: Path) -> None:
+    page = (site / "reference" / "api.html").read_text()
+    for name in API_NAMES:
+        assert f'id="{name}"' in page, f"the API page does not document {name}"
