@@ -231,8 +231,8 @@ def _host() -> str:
 def _remove_stale_tmp(parent: Path, chunk: str, keep: Path) -> None:
     """Remove temporary and set-aside shards of ``chunk`` left by dead writers on this host
     (names end in ``.<host>.<pid>.<uuid>``; chunk keys contain dots, so parse from the end).
-    One scan of ``parent`` by prefix: ``Path.glob`` compiled a pattern for every shard
-    written (0.3-0.7 ms of a small shard's 1.8)."""
+    One scan of ``parent`` by prefix: ``Path.glob`` would compile a pattern for every shard
+    written, a large share of writing a small shard."""
     host = _host()
     prefixes = (f".tmp.{chunk}.", f".old.{chunk}.")
     with os.scandir(parent) as it:
@@ -532,7 +532,7 @@ def shard_checksum(path: str | os.PathLike) -> str:
     LMDB environment, R-trees, ``meta.json``), so a mismatch names the damaged file.
 
     CRC-32 detects the damage a disk or a stray write does (any burst up to 32 bits, any
-    odd number of flipped bits) at several GB/s; shards are not secrets.
+    odd number of flipped bits) cheaply; shards are not secrets.
     """
     return _checksum_text({f.name: _crc32(f) for f in Path(path).iterdir() if f.is_file()})
 

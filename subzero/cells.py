@@ -384,8 +384,8 @@ def cells_where(mask: np.ndarray) -> np.ndarray:
 def any_over(mask: np.ndarray, axes: Sequence[int], keepdims: bool = True) -> np.ndarray:
     """``mask.any(axis=axes, keepdims=keepdims)`` for a bool frontier, quicker when the
     reduced axes are the last ones and hold at most 64 cells: numpy reduces one short line
-    per kept cell (about 0.1 ms for 170,000 cells), so the lines are padded to whole 8-byte
-    words instead and or-ed one word column at a time.
+    per kept cell, a cost that grows with the kept cells, so the lines are padded to whole
+    8-byte words instead and or-ed one word column at a time.
 
     >>> m = np.zeros((3, 2, 5), dtype=bool); m[1, 1, 4] = True
     >>> any_over(m, (1, 2)).ravel().tolist(), any_over(m, (2,), keepdims=False).shape

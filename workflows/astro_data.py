@@ -11,7 +11,7 @@ in ``../shared/data/lsst`` or ``$SUBZERO_DATA/lsst``; a new user has none, so
   (gain 2.2) plus read noise (10 e-), so the sky noise is about 17 counts (the real
   exposures: about 19); the shot noise is Poisson's normal approximation, one normal draw
   per pixel for both noises (at the sky's 1,320 electrons and above the two differ by
-  skewness 0.03; drawing Poisson took 4x as long, a quarter of a generated run's CPU);
+  skewness 0.03, while drawing Poisson would be a large share of a generated run's CPU);
 - stars with one Gaussian PSF (sigma 1.5 pixels), the *same* signal in both exposures;
 - cosmic-ray hits (single pixels and 2-3 pixel tracks, much sharper than the PSF) that
   differ between the exposures; :func:`generate_scene` also returns where they are.

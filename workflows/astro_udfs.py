@@ -418,7 +418,7 @@ def label_stars(x: np.ndarray, threshold: float = 100.0) -> np.ndarray:
 
 #: an image of at least this many cells is labelled in bands of rows on several threads
 #: (:func:`_labelled`): ``clust`` is global, one task whose core works alone at the end of
-#: a run (64x: 66 million cells, 0.31 s for the labels in one band, 0.17-0.20 s in two)
+#: a run, so labelling in bands puts the other cores to work (see benchmarks/bench_scale.py)
 LABEL_BAND_CELLS = 1 << 22
 #: the most bands (threads) an image is labelled in
 LABEL_MAX_BANDS = 4
@@ -626,7 +626,7 @@ def encode_stars(pixels: Ragged, shape: Shape) -> Ragged:
     n = len(pixels)
     if n == 0:
         return Ragged.empty(dtype=np.uint8)
-    # an axis at a time, in 1-d arrays: (n, ndim) arithmetic and its row sums took 3x
+    # an axis at a time, in 1-d arrays: (n, ndim) arithmetic and its row sums are slower
     cols = np.unravel_index(np.asarray(pixels.values, dtype=np.int64), shape)
     starts = pixels.offsets[:-1]
     counts = pixels.lengths
@@ -750,7 +750,7 @@ def _first_step(mask: np.ndarray, cy: np.ndarray, cx: np.ndarray,
     nearer step of the same cell (a diagonal onto a side or the cell, a side onto the
     cell), which overwrites whatever it hit: no bounds masks, one flat gather a step.
     (:func:`_windows` with ``"nearest"`` clamps alike, but its (n, 9) index array and
-    strided columns made ``cr_paths`` 5 -> 8 ms on a 16x chunk.)"""
+    strided columns make ``cr_paths`` slower.)"""
     h, w = mask.shape
     flat = mask.reshape(-1)
     cy, cx = np.asarray(cy, dtype=np.int64), np.asarray(cx, dtype=np.int64)
@@ -782,7 +782,7 @@ def cr_paths(det: LACosmic, cy: np.ndarray, cx: np.ndarray, sigclip: float,
     n = len(cy)
     out = np.zeros((n, 3), dtype=np.uint8)
     out[:, 1:] = _STAY
-    lin = np.asarray(cy, dtype=np.int64) * det.mask.shape[1] + cx  # flat gathers: 3x faster
+    lin = np.asarray(cy, dtype=np.int64) * det.mask.shape[1] + cx  # flat gathers: faster than 2-D fancy indexing
     flagged = det.mask.reshape(-1)[lin]
     low = ~flagged & (det.sp.reshape(-1)[lin] <= sigclip * sigfrac)
     calm = np.zeros(n, dtype=bool)

@@ -111,8 +111,8 @@ def uniq_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def compact_ids(x: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """``(distinct sorted values, inverse)`` of integers ``x`` in ``[0, n)``, as
     :func:`uniq_inverse` gives them, by marking the values seen instead of sorting: O(len(x)
-    + n). A shard's keys point at a few thousand records (``clust`` at 16x: 188,565 keys,
-    4.8 ms sorted, 0.5 ms so).
+    + n). A shard's keys point at a few thousand records, so ``n`` is small against
+    ``len(x)`` and marking beats sorting.
 
     >>> u, inv = compact_ids(np.array([5, 2, 5, 0]), 8)
     >>> u.tolist(), inv.tolist()

@@ -49,8 +49,8 @@ from subzero.frontier import clip_range, member
 BUCKET_BITS = 8  # the default run: 256 cells, a one-byte low part
 MAX_BUCKET_BITS = 16  # the longest a shard may have: 65,536 cells, a two-byte low part
 #: the longest the encoder chooses: past 4,096 cells LMDB fills its pages worse than the
-#: model says (measured on 16x shards, cosmic rays and stars: 8 bits 62 and 342 pages, 12
-#: bits 51 and 303, 14 bits 51 and 324, 16 bits 64 and 382)
+#: size model says, so longer buckets take more pages, not fewer (see
+#: benchmarks/bench_encoders.py)
 CHOSEN_MAX_BITS = 12
 MAX_RUN_ITEMS = 1024  # items a run may hold when it is longer than the default
 _ENTRY_BYTES = 18  # LMDB's bytes per entry besides its value: node header, key, pointer

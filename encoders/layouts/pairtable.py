@@ -31,8 +31,8 @@ from subzero.cells import Ragged
 
 TABLE = "e"
 _BATCH = 16384  # entries per read (deadline checks in between)
-# measured on the microbenchmark (benchmarks/bench_encoders.py): an R-tree probe costs
-# about as much as reading and decoding four entries
+# an R-tree probe costs about as much as reading and decoding this many entries (tuned by
+# the microbenchmark, benchmarks/bench_encoders.py)
 PROBE_PER_ENTRY = 4.0
 
 

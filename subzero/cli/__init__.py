@@ -21,6 +21,16 @@ module                 commands
 command that runs is imported.
 """
 
-from subzero.cli.main import build_parser, main
+import os
+
+# A run's task threads (or Spark's tasks) run numpy kernels side by side, so OpenBLAS's own
+# thread pools beside them only spin: one BLAS thread per task, unless the environment says
+# otherwise. OpenBLAS reads the variable once, when numpy loads it, so it is set here, before
+# the command line imports numpy (``import subzero`` does not); the library itself leaves
+# the user's environment alone. Spark's Python workers get it from
+# :mod:`subzero.engine.spark`. See benchmarks/bench_scale.py.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from subzero.cli.main import build_parser, main  # noqa: E402
 
 __all__ = ["main", "build_parser"]

@@ -32,7 +32,8 @@ def bind(host: str, port: int) -> socket.socket:
         raise CliError(f"--host {host!r}: not an address this machine can bind") from None
     family, kind, proto, _, addr = infos[0]
     # with its protocol named (IPPROTO_TCP), so that asyncio sets TCP_NODELAY on each
-    # connection: without it a kept-alive connection waits ~40 ms per answer (Nagle)
+    # connection: without it a kept-alive connection waits on Nagle's algorithm for every
+    # answer
     sock = socket.socket(family, kind, proto or socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:

@@ -1,18 +1,32 @@
 """The zarr array store: every operator output of every run, chunked like its tasks.
 
+The module holds:
+
+- the zarr wrapper: :func:`create_array`, :func:`open_array`, :func:`read_array`,
+  :func:`write_array`, :func:`read_box` and :func:`check_chunks`, with a numeric array's
+  ``zarr.json`` written here (:func:`array_metadata`) so that a run need not import zarr;
+- the chunk-file reader and writer (:class:`ChunkFiles`, :class:`PartChunk`,
+  :func:`write_block`, :func:`map_frame`), which read and write zarr's chunk files
+  directly, as Blosc frames followed by their checksum;
+- Blosc frame splicing (:func:`_blosc_sizes`, :func:`_blosc_blocks`): a block written
+  into part of a chunk replaces only the Blosc blocks it covers;
+- direct writes (:class:`DirectWrites`, :func:`wait_written`): chunk files written past
+  the page cache for arrays no later stage reads;
+- the process's thread pools (:func:`thread_pool`, :func:`each`) that decode and encode
+  the chunks of a large block side by side.
+
 Arrays are never overwritten ("no overwrite"): creating an array that exists is an error.
 Where each array lives is :mod:`subzero.engine.layout`'s business.
 
 Numeric arrays are compressed with Blosc's LZ4 after a byte shuffle: a run writes every
-intermediate array, and on calibrated images LZ4 writes about twice as fast as zarr's
-default Zstandard and reads three times as fast, for no more disk (measured on the
-astronomy workflow's float64 arrays: 0.11 s against 0.23 s per 66 MB chunk, 4 MB against
-6 MB on disk). A byte shuffle rather than a bit shuffle: the arrays are read far more often
-than written (re-execution, the explorer's tiles, replays), and over every chunk of a real
-LSST run a byte shuffle decodes in 59 ms against 106 ms and encodes in 97 ms against
-120 ms, for 53.4 MB against 45.5 MB (measured in one process; arrays written before keep
-their own codec, which their metadata names). A chunk that compresses by less than
-:data:`RAW_BELOW` is stored raw in a Blosc frame (:meth:`ChunkFiles.level_for`).
+intermediate array, and on calibrated images LZ4 writes and reads faster than zarr's
+default Zstandard for no more disk. A byte shuffle rather than a bit shuffle: the arrays
+are read far more often than written (re-execution, the explorer's tiles, replays), and a
+byte shuffle decodes and encodes faster for a little more disk (arrays written before keep
+their own codec, which their metadata names). ``benchmarks/bench_astronomy.py`` and
+``benchmarks/bench_scale.py`` show both choices on the LSST exposures. A chunk that
+compresses by less than :data:`RAW_BELOW` is stored raw in a Blosc frame
+(:meth:`ChunkFiles.level_for`).
 
 Every chunk ends with the CRC-32C of its bytes: zarr's own ``crc32c`` codec, last in the
 array's codecs, which zarr checks on every read. :class:`ChunkFiles` appends it when it
@@ -56,10 +70,11 @@ def _zarr_dtype(dtype: np.dtype) -> Any:
 #: the shuffle before Blosc's LZ4 for numeric arrays (see the module docstring)
 SHUFFLE = "shuffle"
 #: a chunk is stored raw (Blosc level 0: its header, then its bytes) when Blosc would shrink
-#: it by less than this factor: noisy floats (an image after its background is removed).
-#: On a 31 MB chunk of the astronomy workflow's ``rmbg1`` (1.56x), LZ4 takes 146 ms to
-#: write and 30 ms to read back, raw 24 ms and 9 ms; on ``flatcorrect1`` (5.1x) 29 ms
-#: against 25 ms, so compressing pays there. Any Blosc reader (zarr too) decodes both.
+#: it by less than this factor: noisy floats (an image after its background is removed)
+#: cost far more time to compress and decompress than the disk they save, while images
+#: that shrink well (a flat-corrected exposure) cost about as much either way, so
+#: compressing pays there (tuned by benchmarks/bench_astronomy.py). Any Blosc reader
+#: (zarr too) decodes both.
 RAW_BELOW = 2.0
 #: a chunk's compression is judged on this many pieces of this many bytes, spread over it
 SAMPLE_PIECES = 4
@@ -75,10 +90,10 @@ _pools_lock = threading.Lock()
 
 
 def preload() -> None:
-    """Load what reading and writing chunks load on first use (numcodecs: 26 ms here,
-    with its registry of codecs; Blosc's first encoding, 7 ms more, for the lock it
-    makes), so that a run calls it before its clock starts, as it imports its kernels'
-    modules: setup, not the run's work."""
+    """Load what reading and writing chunks load on first use (numcodecs, with its
+    registry of codecs; Blosc's first encoding, for the lock it makes), so that a run
+    calls it before its clock starts, as it imports its kernels' modules: setup, not the
+    run's work."""
     import numcodecs
 
     numcodecs.Blosc("lz4", 5, 1).encode(np.zeros(1))
@@ -163,7 +178,7 @@ def create_array(path: Path, shape: Sequence[int], dtype: Any, chunks: Sequence[
     """Create an empty zarr array; refuse to overwrite one that exists.
 
     A numeric array's ``zarr.json`` is written here (:func:`array_metadata`): importing
-    zarr takes 0.3-0.4 s, and a run whose tasks write straight to the chunk files
+    zarr is slow, and a run whose tasks write straight to the chunk files
     (:class:`ChunkFiles`) needs nothing else of it. Other arrays are created by zarr."""
     path = Path(path)
     if path.exists():
@@ -219,20 +234,21 @@ DIRECT_PENDING_BYTES = 256 << 20
 #: aligned buffers a process keeps for its next direct writes (the largest ones)
 DIRECT_BUFFERS = 4
 #: a chunk file smaller than this goes to the page cache even when ``direct`` is asked: its
-#: write's latency, which its task waits for, outweighs the page cache's cost (1x: 4 MB
-#: chunks, black box 0.255 -> 0.274 s all direct; 16x and 64x: 33 MB chunks, faster)
+#: write's latency, which its task waits for, outweighs the page cache's cost; larger
+#: chunks (those of the larger scales) gain from writing direct (tuned by
+#: benchmarks/bench_scale.py)
 DIRECT_MIN_BYTES = 16 << 20
 
 
 class DirectWrites:
     """Chunk files written past the page cache (``O_DIRECT``), on writer threads.
 
-    On this machine, a virtual machine that hands freed memory back to its host, writing a
-    file into the page cache costs about 2.2 ms of CPU per MB (fresh pages, zeroed, copied
-    into); written with ``O_DIRECT`` it costs the device's time and almost no CPU (800 MB
-    as 4 MB files: 2.06-2.27 s of CPU against 0.07 s of CPU and 0.43-0.51 s of wall time).
-    Read back, such a file comes from the device (800 MB: about 1 s), so a run writes this
-    way only the arrays no later stage of it reads (its tasks say ``direct``).
+    Writing a file into the page cache costs CPU for every page (fresh pages, zeroed,
+    copied into), all the more where the host takes freed memory back (a virtual
+    machine); written with ``O_DIRECT`` it costs the device's time and almost no CPU.
+    Read back, such a file comes from the device rather than from memory, so a run writes
+    this way only the arrays no later stage of it reads (its tasks say ``direct``). See
+    ``benchmarks/bench_scale.py``.
 
     :meth:`submit` copies the chunk's bytes into an aligned buffer (from a pool: memory
     reused, not fresh), hands the write to a writer thread (which writes it, cuts the file
@@ -1053,7 +1069,7 @@ class ChunkFiles:
             lo, hi = b * per, min((b + 1) * per, n)
             short = hi - lo < per  # the last, shorter block: compressed as the last of two
             if short and bitshuffle:  # unsplit, bit-shuffled: slower than the whole chunk
-                return None  # at level 1 (3.0 ms against 2.4 ms for an LSST chunk)
+                return None  # at level 1, so recompress the whole chunk instead
             raw = flat[lo:min(hi, have)]
             if hi > have:  # an edge chunk's rows beyond the array hold the fill value
                 raw = np.concatenate([raw, np.full(hi - max(lo, have), self.fill, self.dtype)])

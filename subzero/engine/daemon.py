@@ -4,10 +4,9 @@ on the workers' ``PYTHONPATH``.
 
 Spark starts its Python workers' daemon with ``PYTHONPATH=<pyspark>/python/lib/pyspark.zip:
 <pyspark>/python/lib/py4j-*-src.zip:...``. Those zips hold sources only, and Python does not
-cache bytecode for a zip: every daemon compiled pyspark's modules anew, 0.73 s on this
-project's machine against 0.12 s from the installed package's cached bytecode, and each
-forked worker another 0.1 s for ``pyspark.worker``. A fresh run pays that before its first
-task starts.
+cache bytecode for a zip: every daemon would compile pyspark's modules anew, where the
+installed package has cached bytecode, and so would each forked worker for
+``pyspark.worker``. A fresh run would pay that before its first task starts.
 
 Here, zips that ship inside the installed pyspark package (a pip install: the same release,
 byte for byte the same sources) move behind the installed packages on ``sys.path``, then

@@ -8,31 +8,30 @@ time in the kernel. :func:`keep_freed_memory` raises both thresholds for the dur
 afterwards sets them to what glibc's own adaptation reaches after large frees (a 32 MB mmap
 threshold, trim at twice that): the heap then shrinks to 64 MB free on the next free.
 
-A 10 x 10 box of the real LSST ``exp1`` replayed to ``clust``: 0.17-0.19 s without, 0.15-0.16
-s with (``benchmarks/bench_replay.py``). Elsewhere than glibc this does nothing.
+``benchmarks/bench_replay.py`` shows the effect on a replay of the real LSST ``exp1``.
+Elsewhere than glibc this does nothing.
 
 Spark's Python workers keep freed memory for good (:func:`keep_worker_memory`, called by
 their daemon, :mod:`subzero.engine.daemon`, before it forks them): they run task after task
 whose chunks are as large as glibc's largest mmap threshold or larger (a 64x chunk of
 float64 is 33 MB, a global operator's array 525 MB), each mapped anew and faulted in
-without it. The price: a worker's resident memory stays near its peak between tasks (at
-64x: 219 and 415 MB resident in the two workers after a black-box run), which Spark's own
-memory settings do not count. ``SUBZERO_WORKER_MALLOC=default`` leaves glibc's own settings.
+without it. The price: a worker's resident memory stays near its peak between tasks,
+which Spark's own memory settings do not count. ``SUBZERO_WORKER_MALLOC=default`` leaves glibc's own settings.
 
 A run that executes in the driver's own process (:mod:`subzero.engine.placement`) does
 what a worker does for as long as it runs (:func:`keep_run_memory`): its tasks are a
 worker's, on the driver's threads. Those threads share the main malloc arena
-(:func:`one_arena`): in arenas of their own, a 16x black-box run spent 2.0-2.4 s of its
-9 s of CPU in the kernel, most of it zeroing fresh pages (216,000 page faults), against
-0.8 s (44,000-67,000) sharing it; runtime 4.0-4.7 -> 3.4-3.7 s (3 alternating pairs).
-In Spark's workers it made no measurable difference at 64x, so they keep glibc's default.
+(:func:`one_arena`): in arenas of their own, each thread faults in and zeroes fresh
+pages that another arena has just freed, and a run spends much of its CPU in the kernel.
+In Spark's workers it makes no difference, so they keep glibc's default (see
+``benchmarks/bench_scale.py``).
 
 A worker also freezes the objects alive when a task starts (:func:`freeze_worker_objects`):
-at 64x, the garbage collector's walks over them took 3.5-4% of each worker's CPU
-(``gc_collect_main`` and its visitors, ``perf``), 0.9% after; black-box runs 22.6 -> 21.3 s
-(3 alternating pairs). Frozen once, after the first task's imports, the full collection
-pyspark's daemon runs after every task still walked what later tasks imported (``scipy``
-for the cosmic rays and the labels): 5.5% of the workers' samples at 64x (py-spy).
+otherwise the garbage collector walks over them again and again, a visible share of each
+worker's CPU at large scales (``benchmarks/bench_scale.py``). Freezing once, after the
+first task's imports, is not enough: the full collection pyspark's daemon runs after every
+task would still walk what later tasks import (``scipy`` for the cosmic rays and the
+labels).
 """
 
 from __future__ import annotations
@@ -52,10 +51,9 @@ MMAP_THRESHOLD = 32 << 20
 #: free heap memory kept while the block runs
 TRIM_THRESHOLD = 1 << 30
 
-#: a worker's: blocks up to this size come from its heap, where freed ones stay (a fresh
-#: 525 MB label image took 0.48-0.63 s to zero and fill, 0.08 s in kept memory; black-box
-#: runs, alternating in one session each: 64x median 23.5 -> 21.5 s first, 19.2 -> 18.0 s
-#: after; 16x 7.53 -> 7.06 s first, 5.3 -> 4.8 s after)
+#: a worker's: blocks up to this size come from its heap, where freed ones stay, so that
+#: a global operator's whole array (a label image) reuses kept memory instead of fresh
+#: pages that must be zeroed first (tuned by benchmarks/bench_scale.py)
 WORKER_MMAP_THRESHOLD = 1 << 30
 WORKER_TRIM_THRESHOLD = 1 << 30
 

@@ -31,7 +31,7 @@ from subzero.sizes import human_bytes
 from subzero.workflow import InputSpec, Workflow
 
 FITS_SUFFIXES = (".fits", ".fit", ".fts")
-#: files up to this size are checksummed whole (SHA-256, about 1 s per GB); larger ones by
+#: files up to this size are checksummed whole (SHA-256, read in full); larger ones by
 #: the SHA-256 of their first and last :data:`HASH_END_BYTES` (``sha256_ends``), which with
 #: the size and modification time tells a changed file from the one a run read
 FULL_HASH_BYTES = 1 << 30

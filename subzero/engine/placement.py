@@ -2,14 +2,12 @@
 
 A Spark job costs a fixed time before any of its work starts (scheduling, shipping the
 closures, the Python workers' round trip), and a session's first Python jobs cost far more:
-the JVM warms up and the Python workers start and import the task code. On this project's
-machine (2 cores) a job cost about 90 ms and a fresh session about 1.5 s more before its
-first tasks ran. The work itself takes about 7 ns per cell a stage reads or writes on one
-core; Spark's Python workers split it over the cores, the driver's task threads over the
-cores less what they wait for each other's GIL (two cores did the work of 1.6). A generated
-2001 x 513 exposure pair reads and writes 69 million cells over its 17 stages: 0.49 s of
-runtime in the driver against 2.4 s as its eight Spark jobs on a fresh session, and 16 times
-that (8004 x 2052) 4.4-4.7 s against 6.2-6.8 s (fresh `subzero run astronomy` processes).
+the JVM warms up and the Python workers start and import the task code. The work itself
+costs a time per cell a stage reads or writes on one core; Spark's Python workers split it
+over the cores, the driver's task threads over the cores less what they wait for each
+other's GIL. So a small run finishes sooner in the driver, where it pays no job's fixed
+cost, and a large one sooner as Spark jobs. The constants below model these costs; the
+scale benchmark (``benchmarks/bench_scale.py``) fits them.
 
 On a local master the tasks would run on this very machine, so ``where="auto"`` runs a run
 whose modelled time is shorter in the driver (:func:`place`): the same tasks
@@ -30,21 +28,22 @@ from typing import Sequence
 from subzero.errors import SubZeroError
 
 WHERE = ("auto", "spark", "driver")
-#: the time per cell a stage reads or writes, on one core (the astronomy workflow's 1x-4x
-#: runs in the driver, one task at a time: 6.4-8.7 ns)
+#: the time per cell a stage reads or writes, on one core, in seconds (the astronomy
+#: workflow's runs in the driver, one task at a time; see benchmarks/bench_scale.py)
 DRIVER_S_PER_CELL = 7e-9
 #: what each core beyond the first adds to the driver's task threads, in cores (they share
-#: the GIL): fresh black-box runs at 4x, 16x and 16 CCDs took 4.0-4.7 ns per cell on two
+#: the GIL), fitted on fresh black-box runs of benchmarks/bench_scale.py
 DRIVER_CORE_SHARE = 0.6
-#: a Spark job's fixed cost (fresh black-box runs of the scale benchmark, less the modelled
-#: work and first-jobs cost, per job: 79-109 ms at 1x, 4x, 4 CCDs and 16 CCDs)
+#: a Spark job's fixed cost in seconds: scheduling, shipping the closures, the workers'
+#: round trip (fresh black-box runs of benchmarks/bench_scale.py, less the modelled work
+#: and first-jobs cost, per job)
 SPARK_JOB_S = 0.09
-#: what a session's first Python jobs cost beyond that (workers start, import, JIT): a fresh
-#: process's 1x run took 1.9 s longer than the same run in a warm session
+#: what a session's first Python jobs cost beyond that, in seconds (workers start, import,
+#: JIT): a fresh process's run against the same run in a warm session
+#: (benchmarks/bench_scale.py)
 SPARK_FIRST_S = 1.5
-#: the most cells a stage run in the driver may read and write (2 GB of float64; the
-#: largest at 16x the cells of an exposure, 230 million, ran in 1 GB of driver memory; at
-#: 64x a stage reads and writes 920 million)
+#: the most cells a stage run in the driver may read and write (2 GB of float64), so that
+#: the driver's memory stays bounded: the largest scales' stages go to Spark
 DRIVER_MAX_STAGE_CELLS = 1 << 28
 
 

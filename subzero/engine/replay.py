@@ -67,7 +67,8 @@ from subzero.modes import Strategy, capture_modes
 Reach = Callable[[str, int, Frontier], Frontier]
 
 #: an operator whose recomputed cells exceed this runs its tiles as a Spark job (when a
-#: session is given); smaller ones run here (a Spark job costs ~0.1 s before any work)
+#: session is given); smaller ones run here, where they do not pay a Spark job's fixed
+#: start-up cost (see benchmarks/bench_replay.py)
 SPARK_CELLS = 1 << 22
 #: a changed array lists its changed cells when it has at most this many
 LIST_CELLS = 20
@@ -80,11 +81,13 @@ WRITERS = 2
 #: this factor (the run's own rule, :data:`arrays.RAW_BELOW`); otherwise compressed at
 #: level 1 (see :meth:`_Derived.level`)
 RAW_BELOW = arrays.RAW_BELOW
-#: how much lower the replay's I/O threads run than the thread computing (their nice)
+#: how much lower the replay's I/O threads run than the thread computing (their nice), so
+#: that reading and writing chunks never takes a core from the kernels (tuned by
+#: benchmarks/bench_replay.py)
 IO_NICE = 5
 #: threads computing the tiles of one operator at once, when they have this many cells:
-#: one (one tile after the other) pays best on this project's 2 shared cores, where the
-#: writers already use the second (a 10 x 10 box of LSST exp1: 0.35 s, 0.41 s with two)
+#: the :data:`WRITERS` already keep other cores busy, so on a small machine more compute
+#: threads only contend with them (tuned by benchmarks/bench_replay.py)
 COMPUTE = 1
 THREAD_CELLS = 1 << 16
 

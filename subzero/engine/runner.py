@@ -358,8 +358,8 @@ def direct_arrays(wf: Workflow, stages: Sequence[Stage]) -> frozenset[str]:
     """The operators whose output no stage after their own reads (a step of the same fused
     stage reads it from memory): their chunk files are written past the page cache
     (:class:`subzero.engine.arrays.DirectWrites`), which costs a run almost no CPU where
-    the page cache costs about 2.2 ms per MB on this machine, and a reader the device's
-    time. The arrays later stages read stay in the page cache."""
+    writing into the page cache costs CPU for every fresh page, and a later reader the
+    device's time. The arrays later stages read stay in the page cache."""
     stage_of = {n: st.id for st in stages for n in st.names}
     reread = {src for st in stages for n in st.names if n in wf.nodes
               for src in wf.nodes[n].inputs if stage_of.get(src) != st.id}
@@ -395,9 +395,9 @@ def _submit(r: _Run, st: Stage, sources: Mapping[str, Callable[[Box], np.ndarray
 def _make_arrays(r: _Run, stages: Sequence[Stage], rank: Mapping[int, int]
                  ) -> dict[int, Future]:
     """Create every stage's arrays on a thread of their own, stages in the order they will
-    likely run: while the first stages compute, not between two stages (34 arrays of the
-    astronomy workflow: 1 ms each, mostly waiting for the file system). One future per
-    stage; its paths are in ``r.paths`` already."""
+    likely run: while the first stages compute, not between two stages (creating an array
+    is mostly waiting for the file system). One future per stage; its paths are in
+    ``r.paths`` already."""
     todo = []
     for st in sorted(stages, key=lambda st: (-rank[st.id], st.id)):
         arrs = []
@@ -1058,8 +1058,8 @@ def default_tasks(wf: Workflow, cores: int) -> int:
     independent part (:meth:`~subzero.workflow.Workflow.parts`) keeps its share of the
     cores busy. A visit's CCDs are parts: with as many CCDs as cores or more, one chunk
     per array (up to the chunking's cell limit) halves the tasks, chunk files and shards
-    of two (16 CCDs, black box: 5.22 -> 4.43 s, subzero 6.71 -> 5.36 s; four alternating
-    pairs), where one part alone gets a chunk per core.
+    of two, and so their fixed costs (see ``benchmarks/bench_scale.py --ccds``), where one
+    part alone gets a chunk per core.
 
     >>> wf = Workflow("w"); _ = wf.input("x", (4,)); _ = wf.input("y", (4,))
     >>> from operators.elementwise import Unary

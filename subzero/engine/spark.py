@@ -16,8 +16,8 @@ executors run tasks with this process's Python (``spark.pyspark.python``) and it
 goes to ``<home>/logs/spark.log`` so the user's terminal shows SubZero's output only. Java 17
 or newer is checked first, with a clear error. The Python workers' daemon is pyspark's, run
 by :mod:`subzero.engine.daemon` so that it imports the installed pyspark (cached bytecode)
-rather than Spark's source-only zip: a fresh session's first Python job took 1.9-2.05 s,
-now 0.5-0.66 s (three sessions each).
+rather than Spark's source-only zip, whose modules Python compiles anew in every fresh
+session.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ _session: Any = None
 class Session:
     """The process's Spark session as SubZero uses it: the ``SparkContext`` at once, and
     pyspark's SQL ``SparkSession`` on the same context only when first asked for (building
-    it loads Spark SQL in the JVM, about 2 s, and a run never uses it)."""
+    it loads Spark SQL in the JVM, which takes a while, and a run never uses it)."""
 
     def __init__(self, sc: Any) -> None:
         self.sparkContext = sc
@@ -274,10 +274,9 @@ def _start_context(context_cls: Any, conf: Any, gateway: Any, master: str, log: 
 
 #: the driver JVM compiles with its quick compiler only (C1): a run's JVM does little work
 #: of its own (the Python workers compute), and the optimizing compiler's threads took the
-#: two cores from the run while it started. A 1x ``subzero run astronomy``: wall minus
-#: runtime 5.3-5.8 s -> 3.8-4.5 s, runtime 5.7-5.9 s -> 3.7-5.2 s (three runs each); at 16x
-#: the runtime 10.7-11.9 s -> 10.1-11.4 s. Executors elsewhere (a cluster's, long-lived)
-#: keep the JVM's default.
+#: cores from the run while it started (see benchmarks/bench_astronomy.py and
+#: benchmarks/bench_scale.py). Executors elsewhere (a cluster's, long-lived) keep the
+#: JVM's default.
 DRIVER_JIT = "-XX:TieredStopAtLevel=1"
 #: where the driver's class-data-sharing archive lives (see :func:`class_archive_options`)
 CACHE_ENV = "SUBZERO_CACHE"
@@ -291,8 +290,8 @@ ARCHIVE_WRITTEN = "Written dynamic archive"
 def class_archive_options(cache: Path | None = None) -> str:
     """JVM options mapping Spark's classes from a class-data-sharing archive (AppCDS):
     the driver JVM's start loads some 7,000 of them from the archive instead of parsing
-    them from Spark's jars (``launch_gateway`` 1.32-1.42 s -> 0.81-0.91 s, starting the
-    whole session 2.70-2.89 s -> 1.63-1.66 s, two runs each on this project's 2 cores).
+    them from Spark's jars, which shortens ``launch_gateway`` and so the start of every
+    fresh session (see benchmarks/bench_executor.py).
 
     The archive (about 70 MB) lives in ``$SUBZERO_CACHE`` (default ``~/.cache/subzero``),
     named by what it depends on: pyspark's version and jars, and the ``java`` binary. The
@@ -377,6 +376,12 @@ def _conf(want: str) -> Any:
         .set("spark.sql.execution.arrow.pyspark.enabled", "false")
         .set("spark.scheduler.mode", "FAIR")
         .set("spark.scheduler.allocation.file", (here / "fairscheduler.xml").as_uri())
+        # Spark's tasks run numpy kernels side by side (PySpark gives each worker
+        # OMP_NUM_THREADS = task cpus); OpenBLAS's own thread pools beside them only spin.
+        # One BLAS thread per Python worker, unless the driver's environment says otherwise;
+        # set on the workers only, so the driver's environment stays as the user left it.
+        .set("spark.executorEnv.OPENBLAS_NUM_THREADS",
+             os.environ.get("OPENBLAS_NUM_THREADS", "1"))
     )
     if not want.startswith("local"):
         python = os.environ["PYSPARK_PYTHON"]

@@ -178,7 +178,7 @@ class QueryExecutor:
             self.check_array(start)
             self.check_array(to)
             key = (direction, start, to)
-            if key not in self._dag_steps:  # a DAG search per query would cost ~1 ms
+            if key not in self._dag_steps:  # a DAG search per query: once per key
                 self._dag_steps[key] = dag_steps(wf, direction, start, to)
             steps, target = self._dag_steps[key], to
         if method in ("map", "stored"):
