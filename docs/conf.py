@@ -21,6 +21,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "numpydoc",
     "subzero_cli",
+    "subzero_results",
 ]
 
 source_suffix = {".md": "markdown"}

@@ -54,7 +54,7 @@ def _subcommands(parser: argparse.ArgumentParser) -> list[str]:
 
 def test_docs_build_without_warnings(site: Path) -> None:
     for page in ("index", "guide/your-workflow", "reference/lineage", "reference/cli",
-                 "reference/api"):
+                 "reference/api", "reference/performance"):
         assert (site / f"{page}.html").is_file(), f"{page} was not built"
 
 
@@ -74,3 +74,18 @@ def test_api_page_documents_the_curated_names(site: Path) -> None:
     page = (site / "reference" / "api.html").read_text()
     for name in API_NAMES:
         assert f'id="{name}"' in page, f"the API page does not document {name}"
+
+
+def test_performance_page_shows_every_results_file(site: Path) -> None:
+    """Each benchmark's results, with its command; the UDF benchmark's table as written."""
+    import json
+
+    page = _text(site / "reference" / "performance.html")
+    results = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
+    assert results
+    for path in results:
+        assert f"({path.name})" in page, f"the performance page does not show {path.name}"
+    udf = json.loads((ROOT / "benchmarks" / "results" / "udf.json").read_text())
+    assert udf["command"] in page
+    for row in udf["table"]:
+        assert row["case"] in page
