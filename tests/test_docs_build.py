@@ -54,7 +54,7 @@ def _subcommands(parser: argparse.ArgumentParser) -> list[str]:
 
 def test_docs_build_without_warnings(site: Path) -> None:
     for page in ("index", "guide/your-workflow", "reference/lineage", "reference/cli",
-                 "reference/api", "reference/performance"):
+                 "reference/api", "reference/http", "reference/performance"):
         assert (site / f"{page}.html").is_file(), f"{page} was not built"
 
 
@@ -89,3 +89,16 @@ def test_performance_page_shows_every_results_file(site: Path) -> None:
     assert udf["command"] in page
     for row in udf["table"]:
         assert row["case"] in page
+
+
+def test_http_page_names_every_route_of_the_app() -> None:
+    """The HTTP API page names every route the explorer's app declares."""
+    source = (ROOT / "subzero" / "serve" / "app.py").read_text()
+    page = (ROOT / "docs" / "reference" / "http.md").read_text()
+    routes = re.findall(r'Route\("([^"]+)"', source)
+    assert len(routes) > 5
+    for route in routes:
+        if route == "/":
+            continue
+        plain = re.sub(r"\{(\w+):\w+\}", r"{\1}", route).split(".{fmt}")[0]
+        assert plain in page, f"docs/reference/http.md does not name {route}"
