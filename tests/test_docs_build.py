@@ -54,7 +54,8 @@ def _subcommands(parser: argparse.ArgumentParser) -> list[str]:
 
 def test_docs_build_without_warnings(site: Path) -> None:
     for page in ("index", "guide/your-workflow", "reference/lineage", "reference/cli",
-                 "reference/api", "reference/http", "reference/performance"):
+                 "reference/api", "reference/http", "reference/environment",
+                 "reference/performance"):
         assert (site / f"{page}.html").is_file(), f"{page} was not built"
 
 
@@ -102,3 +103,15 @@ def test_http_page_names_every_route_of_the_app() -> None:
             continue
         plain = re.sub(r"\{(\w+):\w+\}", r"{\1}", route).split(".{fmt}")[0]
         assert plain in page, f"docs/reference/http.md does not name {route}"
+
+
+def test_environment_page_names_every_variable_the_code_reads() -> None:
+    """Every ``SUBZERO_*`` variable the library reads is on the environment page."""
+    page = (ROOT / "docs" / "reference" / "environment.md").read_text()
+    found = set()
+    for package in ("subzero", "operators", "encoders", "optimizer", "workflows"):
+        for path in (ROOT / package).rglob("*.py"):
+            found |= set(re.findall(r"\bSUBZERO_[A-Z_]+\b", path.read_text()))
+    assert "SUBZERO_HOME" in found
+    missing = sorted(v for v in found if f"`{v}`" not in page)
+    assert not missing, f"docs/reference/environment.md does not name {missing}"
