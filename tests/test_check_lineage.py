@@ -563,22 +563,11 @@ def test_a_cleaner_is_caught_at_its_masks_rare_value_though_the_image_has_extrem
     assert any(c.why == "rare input" for c in unsound)
 
 
-class OneNarrowCell(UDF):
-    """An exact 3x3 box mean declaring the clipped 3x3 box, except at one cell, which
+class OneNarrowCell(TooSmallBlur):
+    """The same 3x3 box mean declaring the clipped 3x3 box, except at one cell, which
     declares only itself: one cell declared much smaller than all others."""
 
-    n_inputs = 1
-    parallelism = stencil(1)
     cell = (13, 7)
-
-    def supported_modes(self):
-        return frozenset({Mode.MAP, Mode.BLACKBOX})
-
-    def run(self, ctx, x):
-        pad = np.pad(x, 1, mode="edge")
-        h, w = x.shape
-        out = sum(pad[dy:dy + h, dx:dx + w] for dy in range(3) for dx in range(3)) / 9.0
-        return out[ctx.chunk.interior(0)]
 
     def map_b(self, f, i):
         from subzero.cells import dilate
