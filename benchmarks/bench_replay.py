@@ -35,7 +35,7 @@ import numpy as np  # noqa: E402
 import workflows  # noqa: E402
 from subzero import Box  # noqa: E402
 from subzero.api import Home  # noqa: E402
-from subzero.engine.replay import differs  # noqa: E402
+from subzero.replay import differs  # noqa: E402
 from subzero.engine.runner import run_workflow  # noqa: E402
 from subzero.engine.spark import get_spark  # noqa: E402
 from workflows.astronomy import real_inputs  # noqa: E402

@@ -2,7 +2,7 @@
 
 Changes the chosen cells of an array of a complete run, recomputes only the tiles their
 forward lineage reaches, and writes the result as a new run derived from the original
-(:mod:`subzero.engine.replay`); prints which cells of each output changed and how much was
+(:mod:`subzero.replay`); prints which cells of each output changed and how much was
 recomputed against a full re-run.
 """
 
@@ -16,10 +16,10 @@ from subzero.cli.common import (add_changed_code_flag, cells_from_args, emit_jso
                                 table)
 from subzero.engine import layout
 from subzero.engine.catalog import Catalog
-from subzero.engine.replay import ReplayResult, check_replay, check_status, replay_values
 from subzero.engine.runs import load_run
 from subzero.errors import ReplayError
 from subzero.frontier import start_frontier
+from subzero.replay import ReplayResult, check_replay, check_status, replay_values
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

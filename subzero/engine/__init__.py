@@ -5,6 +5,9 @@ module                      holds
 ==========================  ==============================================================
 ``engine.layout``           the home directory's layout: one function per path
 ``engine.arrays``           the zarr array store (no overwrite)
+``engine.chunkstore``       chunk stores (local files) and chunks read and written directly
+``engine.codec``            the chunk codec: Blosc frames and checksums, bytes in, bytes out
+``engine.direct``           chunk files written past the page cache (``O_DIRECT``)
 ``engine.catalog``          the SQLite catalog: runs, arrays, shards, statistics, query log
 ``engine.spark``            one quiet Spark session per process
 ``engine.daemon``           Spark's Python worker daemon, importing the installed pyspark

@@ -7,7 +7,7 @@ run's data. ``removed_runs`` records each removal: the run's id, sequence number
 status and parent, when its rows went, and once its files are deleted, the bytes that freed.
 
 **What other runs need.** Only a derived run (a what-if replay,
-:mod:`subzero.engine.replay`) uses another run's files: its shard rows name the shard
+:mod:`subzero.replay`) uses another run's files: its shard rows name the shard
 folders of the run it came from (and, for a run derived from a derived run, of that run's
 own parent), and its unchanged arrays are symbolic links into those runs' folders. Its
 chunk files, manifest and parameters are hard links, which stay whole when the other name

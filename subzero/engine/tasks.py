@@ -27,11 +27,13 @@ from encoders.sink import write_shard
 from subzero.cells import Box
 from subzero.chunking import chunk_key
 from subzero.engine import arrays, layout
+from subzero.engine.direct import wait_written
 from subzero.engine.heap import freeze_worker_objects
 from subzero.errors import DamagedError, SubZeroError, WorkflowError
 from subzero.lineage import PairBatch
 from subzero.modes import Mode, Strategy
 from subzero.operator import Operator
+from subzero.pools import thread_pool
 from subzero.runtime import ChunkContext, TaskContext
 
 #: ``reduce(chunk, full_pairs, payload_pairs)``: what a re-executing task returns instead
@@ -57,7 +59,7 @@ class TaskJob:
     #: (None: read from ``in_paths``)
     memory: tuple[str | None, ...] = ()
     #: write the output's chunk files past the page cache (no later stage reads them:
-    #: :class:`subzero.engine.arrays.DirectWrites`)
+    #: :class:`subzero.engine.direct.DirectWrites`)
     direct: bool = False
     #: global operators to compute a partial of this step's output block for
     #: (:meth:`subzero.operator.Operator.partial`), returned in the result's ``partials``
@@ -125,13 +127,13 @@ def _writer() -> ThreadPoolExecutor:
     output chunk there meanwhile. Compressing and writing a chunk release the GIL, so the
     writing overlaps the storing of lineage, and a global operator's single task (``clust``)
     uses a second core."""
-    return arrays.thread_pool("subzero-write", 1)
+    return thread_pool("subzero-write", 1)
 
 
 def _storer() -> ThreadPoolExecutor:
     """This process's one lineage-storing thread: a step of a fused task hands its pairs
     there and the next step runs meanwhile (encoding is numpy's, LMDB's writes C's)."""
-    return arrays.thread_pool("subzero-store", 1)
+    return thread_pool("subzero-store", 1)
 
 
 def _timed_write(path: Path, box: Box, block: np.ndarray,
@@ -332,7 +334,7 @@ def run_task(job: TaskJob, memory: Memory | None = None, producers: Producers | 
     except Exception as e:  # noqa: BLE001 - reported by the driver in one line
         _failed(res, e)
     try:
-        arrays.wait_written(own)  # its own: a fused task's wait for the task's end
+        wait_written(own)  # its own: a fused task's wait for the task's end
     except Exception as e:  # noqa: BLE001 - reported by the driver in one line
         if "error" not in res:
             _failed(res, e)
@@ -392,7 +394,7 @@ def run_group(job: GroupJob) -> list[dict[str, Any]]:
     finally:
         for res, mine in written:  # every chunk in place before the task returns
             try:
-                arrays.wait_written(mine)
+                wait_written(mine)
             except Exception as e:  # noqa: BLE001 - reported by the driver in one line
                 if "error" not in res:
                     _failed(res, e)  # the step whose chunk it was
@@ -495,7 +497,7 @@ def _run(fn: Callable[[Any], Any], jobs: Sequence[Any], spark: Any | None, label
     stage alone, such as the one after a global operator, keeps every core busy."""
     if spark is None or not jobs:
         if threads > 1 and len(jobs) > 1:
-            return list(arrays.thread_pool(f"subzero-task-{threads}", threads).map(fn, jobs))
+            return list(thread_pool(f"subzero-task-{threads}", threads).map(fn, jobs))
         return [fn(j) for j in jobs]
     sc = spark.sparkContext
     sc.setJobDescription(label)

@@ -247,7 +247,7 @@ def test_gc_failed_removes_the_failed_run_only(home, capsys, template_problems):
 
 def test_gc_failed_removes_a_failed_replay_and_leaves_its_parent_whole(home, monkeypatch,
                                                                        template_problems):
-    import subzero.engine.replay as rp
+    import subzero.replay.runner as rp
 
     def fail(*_a, **_k):
         raise RuntimeError("lost the executors")

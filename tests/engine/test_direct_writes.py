@@ -1,4 +1,4 @@
-"""Chunk files written past the page cache (arrays.DirectWrites): the same bytes as an
+"""Chunk files written past the page cache (subzero.engine.direct): the same bytes as an
 ordinary write, a file system without O_DIRECT, a failed write, and which arrays a run
 writes that way."""
 
@@ -13,6 +13,8 @@ import workflows
 from subzero.cells import Box
 from subzero.chunking import Chunking
 from subzero.engine import arrays
+from subzero.engine import direct as direct_io
+from subzero.engine.chunkstore import ChunkFiles
 from subzero.engine.runner import direct_arrays
 from subzero.engine.stages import plan_stages
 
@@ -20,10 +22,10 @@ from subzero.engine.stages import plan_stages
 @pytest.fixture(autouse=True)
 def every_chunk_direct(monkeypatch):
     """Tiny arrays here: every chunk file past the page cache, however small."""
-    monkeypatch.setattr(arrays, "DIRECT_MIN_BYTES", 0)
+    monkeypatch.setattr(direct_io, "DIRECT_MIN_BYTES", 0)
 
 
-def _array(path: Path, data: np.ndarray, chunks: tuple[int, ...]) -> arrays.ChunkFiles:
+def _array(path: Path, data: np.ndarray, chunks: tuple[int, ...]) -> ChunkFiles:
     arrays.write_array(path, np.zeros_like(data), chunks)
     files = arrays.direct_files(path)
     assert files is not None  # written chunk by chunk, as a run's arrays are
@@ -53,7 +55,7 @@ def test_direct_writes_leave_the_bytes_an_ordinary_write_leaves(tmp_path, dtype,
     pending: list = []
     arrays.write_block(direct, box, data, pending)
     assert pending  # one future per chunk file
-    arrays.wait_written(pending)
+    direct_io.wait_written(pending)
     assert pending == []
     assert _chunk_bytes(direct) == _chunk_bytes(plain)
     assert len(_chunk_bytes(direct)) == len(arrays.grid_keys(shape, chunks))
@@ -76,14 +78,14 @@ def test_a_file_system_refusing_o_direct_gets_an_ordinary_write(tmp_path, monkey
             raise OSError(22, "Invalid argument")
         return real(*a)
 
-    monkeypatch.setattr(arrays, "_direct_writes", arrays.DirectWrites())
+    monkeypatch.setattr(direct_io, "_direct_writes", direct_io.DirectWrites())
     monkeypatch.setattr(os, refuses, picky)
     data = np.arange(3000.0).reshape(60, 50)  # two chunk files
     path = tmp_path / "a.zarr"
     _array(path, data, (30, 50))
     pending: list = []
     arrays.write_block(path, Box.full(data.shape), data, pending)
-    arrays.wait_written(pending)
+    direct_io.wait_written(pending)
     assert len(refused) == 1  # the second chunk went straight to an ordinary write
     assert np.array_equal(arrays.read_array(path), data)
     assert not list(path.glob("c/**/.*.tmp"))
@@ -102,7 +104,7 @@ def test_a_failed_write_raises_and_leaves_no_file(tmp_path, monkeypatch):
     pending: list = []
     arrays.write_block(path, Box.full(data.shape), data + 1, pending)
     with pytest.raises(OSError, match="No space left"):
-        arrays.wait_written(pending)
+        direct_io.wait_written(pending)
     monkeypatch.undo()
     assert _chunk_bytes(path) == before  # the chunks as they were, no temporary left
     assert not list(path.glob("c/**/.*.tmp"))
@@ -122,17 +124,17 @@ def test_a_short_write_is_finished_or_refused_never_renamed_short(tmp_path, monk
     def short(fd, buf):  # an aligned piece at a time, or nothing at all
         return 0 if stops else real(fd, memoryview(buf)[:8192])
 
-    monkeypatch.setattr(arrays, "_direct_writes", arrays.DirectWrites())
+    monkeypatch.setattr(direct_io, "_direct_writes", direct_io.DirectWrites())
     monkeypatch.setattr(os, "write", short)
     pending: list = []
     arrays.write_block(path, Box.full(data.shape), data, pending)
     if stops:
         with pytest.raises(OSError, match="stopped after 0 of"):
-            arrays.wait_written(pending)
+            direct_io.wait_written(pending)
         monkeypatch.undo()
         assert _chunk_bytes(path) == before
     else:
-        arrays.wait_written(pending)
+        direct_io.wait_written(pending)
         monkeypatch.undo()
         assert np.array_equal(arrays.read_array(path), data)
     assert not list(path.glob("c/**/.*.tmp"))
@@ -168,7 +170,7 @@ def test_a_run_whose_chunk_write_fails_fails_in_one_line_and_says_why(tmp_path,
             self._cond.notify_all()
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(arrays.DirectWrites, "_write", full_disk)
+    monkeypatch.setattr(direct_io.DirectWrites, "_write", full_disk)
     wf = astronomy.build(shape=(40, 24))
     with pytest.raises(NoSpaceError, match="no space left on device") as e:
         run_workflow(wf, tmp_path / "home", strategy="blackbox", where="driver")
@@ -198,7 +200,7 @@ def test_a_run_with_its_chunks_past_the_page_cache_equals_one_without(tmp_path,
 
 
 def test_a_small_chunk_file_goes_to_the_page_cache(tmp_path, monkeypatch):
-    monkeypatch.setattr(arrays, "DIRECT_MIN_BYTES", 1 << 20)
+    monkeypatch.setattr(direct_io, "DIRECT_MIN_BYTES", 1 << 20)
     data = np.arange(2000.0).reshape(40, 50)  # 8 KB chunks
     path = tmp_path / "a.zarr"
     _array(path, data, (20, 50))

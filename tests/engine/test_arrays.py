@@ -1,3 +1,6 @@
+"""Arrays' chunk files, the home's layout and chunking policies (the catalog's own
+tests are in tests/engine/test_catalog.py)."""
+
 import json
 import os
 import shutil
@@ -11,60 +14,9 @@ from hypothesis import given, settings, strategies as st
 
 from subzero.cells import Box
 from subzero.chunking import Chunking, chunk_grid
-from subzero.engine import arrays, layout
-from subzero.engine.catalog import SCHEMA_VERSION, Catalog
-from subzero.errors import CatalogError, DamagedError, StoreError
-
-
-def test_catalog_schema_version_and_runs(tmp_path):
-    cat = Catalog(tmp_path / "c.sqlite")
-    assert cat.schema_version == SCHEMA_VERSION
-    r1 = cat.create_run("wf", {"a": 1}, "subzero", {"op": ["map"]})
-    r2 = cat.create_run("wf", {}, "blackbox", {})
-    assert (r1, r2) == ("r1", "r2")
-    cat.finish_run(r1, "complete", runtime_s=1.5, input_bytes=10, lineage_bytes=0)
-    assert cat.run("latest")["id"] == "r1"
-    assert cat.run("r2")["status"] == "running"
-    with pytest.raises(CatalogError, match="unknown run 'r9'"):
-        cat.run("r9")
-    cat.log_query("r1", "backward", "x", "y", [["x", 0]], 1, 5, 0.01, [])
-    assert cat.query_log("r1")[0]["path"] == [["x", 0]]
-    cat.db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
-    cat.close()
-    with pytest.raises(CatalogError, match="schema version 99"):
-        Catalog(tmp_path / "c.sqlite")
-
-
-def test_a_transaction_inside_another_is_part_of_it(tmp_path):
-    """A stage's rows go in one commit (the runner wraps an operator's records in one
-    transaction, each record opening its own inside): all of them, or none."""
-    cat = Catalog(tmp_path / "c.sqlite")
-    rid = cat.create_run("wf", {}, "subzero", {})
-    with pytest.raises(KeyError):
-        with cat.tx():
-            cat.set_statistics(rid, "op", "s", {"records": 3})
-            assert cat.db.in_transaction
-            raise KeyError("boom")
-    assert cat.statistics(rid) == []  # the inner record went with the outer transaction
-    with cat.tx():
-        cat.set_statistics(rid, "op", "s", {"records": 3})
-        cat.set_statistics(rid, "op", "t", {"records": 4})
-        assert cat.db.in_transaction
-    assert not cat.db.in_transaction
-    other = Catalog(tmp_path / "c.sqlite")  # committed: another connection sees both
-    assert sorted(r["strategy"] for r in other.statistics(rid)) == ["s", "t"]
-
-
-def test_stale_running_run_of_a_dead_process_is_marked_failed(tmp_path):
-    path = tmp_path / "c.sqlite"
-    code = ("from subzero.engine.catalog import Catalog; import sys; "
-            f"Catalog({str(path)!r}).create_run('wf', {{}}, None, {{}})")
-    subprocess.run([sys.executable, "-c", code], check=True)
-    cat = Catalog(path)  # the creating process is gone
-    r = cat.run("r1")
-    assert r["status"] == "failed" and "interrupted" in r["error"]
-    mine = cat.create_run("wf", {}, None, {})
-    assert cat.reap_stale_runs() == [] and cat.run(mine)["status"] == "running"
+from subzero import pools
+from subzero.engine import arrays, chunkstore, codec, layout
+from subzero.errors import DamagedError, StoreError
 
 
 def test_arrays_are_never_overwritten(tmp_path):
@@ -87,7 +39,7 @@ def test_chunk_files_read_any_box_as_zarr_does(tmp_path_factory, seed):
     data = (rng.random(shape) * 1000).astype(dtype)
     p = tmp_path_factory.mktemp("cf") / "a.zarr"
     arrays.write_array(p, data, chunks)
-    files = arrays.ChunkFiles.open(p)
+    files = chunkstore.ChunkFiles.open(p)
     assert files is not None
     for _ in range(5):
         lo = [int(rng.integers(0, n)) for n in shape]
@@ -180,7 +132,7 @@ def test_a_noisy_task_block_is_stored_raw_and_a_smooth_one_compressed(tmp_path, 
             else:
                 assert len(zarrs) * arrays.RAW_BELOW > x[box.slices].nbytes  # it is noise
                 # memcpyed, then its checksum
-                assert got[2] & 0x02 and len(got) == 16 + x[box.slices].nbytes + arrays.CHECKSUM
+                assert got[2] & 0x02 and len(got) == 16 + x[box.slices].nbytes + codec.CHECKSUM
 
 
 @pytest.mark.parametrize("noise", [0.0, 30.0])
@@ -277,40 +229,6 @@ def test_chunking_policies():
         Chunking.parse("a,b")
 
 
-def test_logged_queries_are_written_in_batches_and_seen_by_every_reader(tmp_path, monkeypatch):
-    from subzero.engine import catalog as catalog_mod
-
-    monkeypatch.setattr(catalog_mod, "LOG_BATCH", 3)
-    path = tmp_path / "catalog.sqlite"
-    a, b = Catalog(path), Catalog(path)
-
-    def rows_on_disk() -> int:
-        return b.db.execute("SELECT COUNT(*) FROM query_log").fetchone()[0]
-
-    a.log_query("r1", "forward", "x", "y", [["y", 0]], 1, 2, 0.001, [{"method": "map"}])
-    a.log_query("r1", "forward", "x", "y", [["y", 0]], 1, 2, 0.001, [])
-    assert rows_on_disk() == 0  # waiting for the batch
-    # another catalog object of the same file, in this process, reads them all
-    log = b.query_log("r1")
-    assert [q["steps"] for q in log] == [[{"method": "map"}], []] and rows_on_disk() == 2
-    for _ in range(3):
-        a.log_query("r1", "backward", "y", "x", [["y", 0]], 1, 1, 0.001, [])
-    assert rows_on_disk() == 5  # a full batch is written at once
-    a.log_query("r1", "backward", "y", "x", [["y", 0]], 1, 1, 0.001, [])
-    a.close()  # closing writes the rest
-    assert rows_on_disk() == 6
-    b.close()
-
-
-def test_queries_logged_by_a_process_are_written_when_it_exits(tmp_path):
-    path = tmp_path / "catalog.sqlite"
-    code = ("import sys; from subzero.engine.catalog import Catalog; "
-            "c = Catalog(sys.argv[1]); "
-            "c.log_query('r1', 'forward', 'x', 'y', [['y', 0]], 1, 2, 0.001, [])")
-    subprocess.run([sys.executable, "-c", code, str(path)], check=True)
-    assert len(Catalog(path).query_log("r1")) == 1
-
-
 @pytest.mark.parametrize("dtype", ["float64", "float32", "int64", "uint16", "uint8", "bool"])
 def test_chunk_files_read_what_zarr_wrote_and_write_the_same_bytes(tmp_path, dtype):
     """Direct chunk I/O (a replay's) against zarr: every chunk reads back equal, edge chunks
@@ -318,14 +236,14 @@ def test_chunk_files_read_what_zarr_wrote_and_write_the_same_bytes(tmp_path, dty
     rng = np.random.default_rng(7)
     x = (rng.normal(size=(37, 23)) * 100).astype(dtype)
     arrays.write_array(tmp_path / "a.zarr", x, (10, 8))
-    files = arrays.ChunkFiles.open(tmp_path / "a.zarr")
+    files = chunkstore.ChunkFiles.open(tmp_path / "a.zarr")
     assert files is not None and files.keys() == [(i, j) for i in range(4) for j in range(3)]
     got = np.zeros_like(x)
     for k in files.keys():
         got[files.box(k).slices] = files.read(k)
     assert np.array_equal(got, x)
     arrays.create_array(tmp_path / "b.zarr", x.shape, x.dtype, (10, 8))
-    other = arrays.ChunkFiles.open(tmp_path / "b.zarr")
+    other = chunkstore.ChunkFiles.open(tmp_path / "b.zarr")
     for k in other.keys():
         other.write(k, x[other.box(k).slices])
     for k in files.keys():
@@ -336,15 +254,15 @@ def test_chunk_files_read_what_zarr_wrote_and_write_the_same_bytes(tmp_path, dty
 
 def test_chunk_files_refuse_what_they_cannot_vouch_for_and_name_damage(tmp_path):
     arrays.write_array(tmp_path / "t.zarr", np.array([["a", "bc"]]), (1, 2))
-    assert arrays.ChunkFiles.open(tmp_path / "t.zarr") is None  # text: zarr's business
-    assert arrays.ChunkFiles.open(tmp_path / "none.zarr") is None
+    assert chunkstore.ChunkFiles.open(tmp_path / "t.zarr") is None  # text: zarr's business
+    assert chunkstore.ChunkFiles.open(tmp_path / "none.zarr") is None
     arrays.write_array(tmp_path / "n.zarr", np.zeros((2, 2)), (1, 2))
     meta = json.loads((tmp_path / "n.zarr" / "zarr.json").read_text())
     meta["fill_value"] = "NaN"  # a fill written as text
     (tmp_path / "n.zarr" / "zarr.json").write_text(json.dumps(meta))
-    assert arrays.ChunkFiles.open(tmp_path / "n.zarr") is None
+    assert chunkstore.ChunkFiles.open(tmp_path / "n.zarr") is None
     arrays.write_array(tmp_path / "a.zarr", np.arange(20.0).reshape(4, 5), (2, 5))
-    files = arrays.ChunkFiles.open(tmp_path / "a.zarr")
+    files = chunkstore.ChunkFiles.open(tmp_path / "a.zarr")
     files.file((1, 0)).unlink()
     with pytest.raises(DamagedError, match=r"array 'a' chunk 1\.0 is missing"):
         files.read((1, 0))
@@ -355,11 +273,11 @@ def test_chunk_files_refuse_what_they_cannot_vouch_for_and_name_damage(tmp_path)
     with pytest.raises(DamagedError, match=r"array 'a' chunk 0\.0 cannot be read"):
         files.read((0, 0))
     small = files.codec.encode(np.arange(9.0))  # a smaller chunk's, with its checksum
-    files.file((0, 0)).write_bytes(small + arrays.checksum([small]))
+    files.file((0, 0)).write_bytes(small + codec.checksum([small]))
     with pytest.raises(DamagedError, match=r"chunk 0\.0 cannot be read: it decodes to 72 "):
         files.read((0, 0))
     good = files.codec.encode(np.arange(10.0))  # the right size, a byte changed after
-    files.file((0, 0)).write_bytes(good[:-1] + bytes([good[-1] ^ 1]) + arrays.checksum([good]))
+    files.file((0, 0)).write_bytes(good[:-1] + bytes([good[-1] ^ 1]) + codec.checksum([good]))
     with pytest.raises(DamagedError, match=r"chunk 0\.0 cannot be read: its bytes do not "
                        "match the checksum"):
         files.read((0, 0))
@@ -375,12 +293,12 @@ def test_a_chunk_written_over_a_hard_link_leaves_the_linked_file_alone(tmp_path)
     (tmp_path / "b.zarr").mkdir()
     meta = (tmp_path / "a.zarr" / "zarr.json").read_bytes()
     (tmp_path / "b.zarr" / "zarr.json").write_bytes(meta)
-    src = arrays.ChunkFiles.open(tmp_path / "a.zarr")
+    src = chunkstore.ChunkFiles.open(tmp_path / "a.zarr")
     for k in src.keys():
         target = arrays.chunk_file(tmp_path / "b.zarr", k)
         target.parent.mkdir(parents=True, exist_ok=True)
         os.link(src.file(k), target)
-    dst = arrays.ChunkFiles.open(tmp_path / "b.zarr")
+    dst = chunkstore.ChunkFiles.open(tmp_path / "b.zarr")
     dst.write((1, 0), np.full((2, 5), -1.0))
     assert np.array_equal(arrays.read_array(tmp_path / "a.zarr"), x)
     assert dst.file((0, 0)).stat().st_ino == src.file((0, 0)).stat().st_ino
@@ -398,7 +316,7 @@ def test_chunks_written_at_other_levels_mix_with_zarrs_and_read_back_equal(tmp_p
     if dtype == "bool":
         x = rng.random((30, 20)) > 0.5
     arrays.write_array(tmp_path / "a.zarr", x, (10, 20))
-    files = arrays.ChunkFiles.open(tmp_path / "a.zarr")
+    files = chunkstore.ChunkFiles.open(tmp_path / "a.zarr")
     y = x.copy()
     y[10:20] = x[0:10]
     for level in (1, 0):
@@ -419,14 +337,14 @@ def test_a_chunk_stored_raw_is_the_bytes_blosc_writes_at_level_0(tmp_path, dtype
     rng = np.random.default_rng(5)
     x = (rng.normal(size=(25, 7)) * 1000).astype(dtype)
     arrays.write_array(tmp_path / "a.zarr", x, (10, 7))
-    files = arrays.ChunkFiles.open(tmp_path / "a.zarr")
+    files = chunkstore.ChunkFiles.open(tmp_path / "a.zarr")
     for k in files.keys():  # (2, 0) is an edge chunk: 5 of 10 rows
         block = x[files.box(k).slices]
         files.write(k, block, level=0)
         full = np.full(files.chunks, files.fill, dtype=files.dtype)
         full[: block.shape[0]] = block
         frame = files.codec_at(0).encode(full)
-        assert files.file(k).read_bytes() == frame + arrays.checksum([frame]), k
+        assert files.file(k).read_bytes() == frame + codec.checksum([frame]), k
         assert np.array_equal(files.read(k), block)
     assert np.array_equal(arrays.read_array(tmp_path / "a.zarr"), x)
     files.write((0, 0), x[0:10][:, ::-1], level=0)  # not contiguous: encoded instead
@@ -454,7 +372,7 @@ def test_a_chunk_spliced_into_its_base_decodes_as_the_patched_chunk(
                       compressors=[zarr.codecs.BloscCodec(cname="lz4", clevel=5,
                                                           shuffle=shuffle, blocksize=4096)])
     zarr.open_array(tmp / "a.zarr", mode="r+")[:] = x
-    files = arrays.ChunkFiles.open(tmp / "a.zarr")
+    files = chunkstore.ChunkFiles.open(tmp / "a.zarr")
     key = (0, 0) if row < 256 else (1, 0)
     cb = files.box(key)
     lo = min(row % 256, cb.shape[0] - 1)
@@ -464,7 +382,8 @@ def test_a_chunk_spliced_into_its_base_decodes_as_the_patched_chunk(
     base = tmp / "base"
     base.write_bytes(files.file(key).read_bytes())
     frame = base.read_bytes()
-    parts = files._spliced(frame, np.ascontiguousarray(y[cb.slices]), (lo * 37, hi * 37))
+    parts = files.chunk_codec.spliced(frame, np.ascontiguousarray(y[cb.slices]),
+                                      (lo * 37, hi * 37))
     if parts is not None:  # None where it does not apply: the write encodes it whole
         out = np.empty(files.chunks, dtype=files.dtype)
         files.codec.decode(b"".join(bytes(p) for p in parts), out=out)
@@ -496,13 +415,13 @@ def test_a_chunk_decoded_block_by_block_holds_what_a_whole_read_does(
                       compressors=[zarr.codecs.BloscCodec(cname="lz4", clevel=level,
                                                           shuffle=shuffle, blocksize=4096)])
     zarr.open_array(tmp / "a.zarr", mode="r+")[:] = x
-    files = arrays.ChunkFiles.open(tmp / "a.zarr")
+    files = chunkstore.ChunkFiles.open(tmp / "a.zarr")
     key = (1, 0) if edge else (0, 0)
     whole = np.empty(chunks, dtype=files.dtype).reshape(-1)
     files.codec.decode(files.file(key).read_bytes(), out=whole)
     part = files.part(key)
     n = whole.size
-    layout = arrays._blosc_blocks(files.file(key).read_bytes(), files.dtype.itemsize)
+    layout = codec.blosc_blocks(files.file(key).read_bytes(), files.dtype.itemsize)
     for i, (lo, length) in enumerate(spans):
         hi = min(n, lo + length)
         part.get((lo, hi))
@@ -510,7 +429,7 @@ def test_a_chunk_decoded_block_by_block_holds_what_a_whole_read_does(
         if i == 0 and layout is not None:
             per = layout[0] // files.dtype.itemsize
             touched = (hi - 1) // per - lo // per + 1
-            assert part._whole == (touched == len(layout[1]))  # blocks, not the chunk
+            assert part.whole == (touched == len(layout[1]))  # blocks, not the chunk
     assert np.array_equal(part.get(), files.read(key))
 
 
@@ -525,29 +444,29 @@ def test_a_patched_chunk_decoded_block_by_block_keeps_its_patch(tmp_path):
                       compressors=[zarr.codecs.BloscCodec(cname="lz4", clevel=5,
                                                           shuffle="bitshuffle")])
     zarr.open_array(tmp_path / "a.zarr", mode="r+")[:] = x
-    files = arrays.ChunkFiles.open(tmp_path / "a.zarr")
+    files = chunkstore.ChunkFiles.open(tmp_path / "a.zarr")
     base = tmp_path / "base"
     base.write_bytes(files.file((0, 0)).read_bytes())
     part = files.part((0, 0))
     span = (996 * 513, 1001 * 513)
     part.get(span)[996:1001, 250:260] = 0.0
-    assert not part._whole
+    assert not part.whole
     y = x.copy()
     y[996:1001, 250:260] = 0.0
-    assert files._spliced(base.read_bytes(), part.array, span) is None  # encoded whole
+    assert files.chunk_codec.spliced(base.read_bytes(), part.array, span) is None  # encoded whole
     files.write((0, 0), part.array, level=1, base=base, span=span, whole=part.get)
-    assert part._whole
+    assert part.whole
     assert np.array_equal(arrays.read_array(tmp_path / "a.zarr"), y)
 
 
 def test_a_chunk_stored_raw_is_not_spliced_but_written_whole(tmp_path):
     x = np.arange(2000.0).reshape(40, 50)
     arrays.write_array(tmp_path / "a.zarr", x, (20, 50))
-    files = arrays.ChunkFiles.open(tmp_path / "a.zarr")
+    files = chunkstore.ChunkFiles.open(tmp_path / "a.zarr")
     files.write((0, 0), x[:20], level=0)  # now raw (Blosc's memcpy flag): no blocks
     base = tmp_path / "base"
     base.write_bytes(files.file((0, 0)).read_bytes())
-    assert files._spliced(base.read_bytes(), x[:20], (0, 50)) is None
+    assert files.chunk_codec.spliced(base.read_bytes(), x[:20], (0, 50)) is None
     y = x.copy()
     y[2, 3] = -1.0
     files.write((0, 0), y[:20], base=base, span=(103, 104))
@@ -566,13 +485,13 @@ def test_a_patch_of_a_calibrated_image_is_spliced_not_encoded_whole(tmp_path, sh
                       compressors=[zarr.codecs.BloscCodec(cname="lz4", clevel=5,
                                                           shuffle=shuffle)])
     zarr.open_array(tmp_path / "a.zarr", mode="r+")[:] = x
-    files = arrays.ChunkFiles.open(tmp_path / "a.zarr")
+    files = chunkstore.ChunkFiles.open(tmp_path / "a.zarr")
     frame = files.file((0, 0)).read_bytes()
     for lo, hi, spliced in [(500, 510, True), (996, 1001, shuffle == "shuffle")]:
         y = x.copy()
         y[lo:hi, 250:260] = 0.0
         block = np.ascontiguousarray(y[:1001])
-        parts = files._spliced(frame, block, (lo * 513, hi * 513))
+        parts = files.chunk_codec.spliced(frame, block, (lo * 513, hi * 513))
         assert (parts is not None) == spliced, (lo, hi)
         if parts is not None:
             out = np.empty(files.chunks)
@@ -587,7 +506,7 @@ def test_a_chunk_write_that_fails_leaves_the_old_chunk_and_no_stray_file(tmp_pat
 
     x = np.arange(40.0).reshape(4, 10)
     arrays.write_array(tmp_path / "a.zarr", x, (2, 10))
-    files = arrays.ChunkFiles.open(tmp_path / "a.zarr")
+    files = chunkstore.ChunkFiles.open(tmp_path / "a.zarr")
     before = files.file((0, 0)).read_bytes()
     real_open = builtins.open
 
@@ -620,7 +539,7 @@ def test_large_blocks_of_many_chunks_are_read_and_written_on_threads_alike(tmp_p
     x = np.random.default_rng(8).normal(size=(40, 30))
     arrays.create_array(tmp_path / "z.zarr", x.shape, x.dtype, (10, 8))
     arrays.write_block(tmp_path / "z.zarr", Box.full(x.shape), x)  # small: in turn
-    monkeypatch.setattr(arrays, "PARALLEL_BYTES", 0)  # every block of many chunks: threads
+    monkeypatch.setattr(pools, "PARALLEL_BYTES", 0)  # every block of many chunks: threads
     arrays.create_array(tmp_path / "t.zarr", x.shape, x.dtype, (10, 8))
     arrays.write_block(tmp_path / "t.zarr", Box.full(x.shape), x)
     files = arrays.direct_files(tmp_path / "t.zarr")
@@ -638,7 +557,7 @@ def test_large_blocks_of_many_chunks_are_read_and_written_on_threads_alike(tmp_p
         ended.append(k)
 
     with pytest.raises(ValueError, match="chunk 2 is bad"):
-        arrays.each(fn, list(range(6)), 1 << 30)
+        pools.each(fn, list(range(6)), 1 << 30)
     assert sorted(ended) == [0, 1, 3, 4, 5]  # the others ran to the end
     assert all(n.startswith("subzero-chunks") for n in seen)
 
@@ -655,7 +574,7 @@ def test_a_noisy_block_cut_into_column_chunks_is_stored_raw_chunk_by_chunk(tmp_p
     for k in files.keys():
         got = files.file(k).read_bytes()
         # raw, memcpyed, then its checksum
-        assert got[2] & 0x02 and len(got) == 16 + 1200 * 700 * 8 + arrays.CHECKSUM
+        assert got[2] & 0x02 and len(got) == 16 + 1200 * 700 * 8 + codec.CHECKSUM
     assert np.array_equal(arrays.read_box(tmp_path / "n.zarr", Box.full(x.shape)), x)
 
 
@@ -664,16 +583,16 @@ def test_chunk_threads_never_wait_on_their_own_pool(monkeypatch):
     work queued behind it, it would wait forever."""
     import threading
 
-    monkeypatch.setattr(arrays, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(pools, "PARALLEL_BYTES", 0)
     done = []
 
     def inner(k):
         done.append(k)
 
     def outer(k):
-        arrays.each(inner, [(k, j) for j in range(3)], 1 << 30)
+        pools.each(inner, [(k, j) for j in range(3)], 1 << 30)
 
-    t = threading.Thread(target=arrays.each, args=(outer, list(range(8)), 1 << 30),
+    t = threading.Thread(target=pools.each, args=(outer, list(range(8)), 1 << 30),
                          daemon=True)
     t.start()
     t.join(60)
