@@ -35,7 +35,7 @@ from optimizer.plan import build_choices  # noqa: E402
 from optimizer.stats import ModeStats, OpProfile, load_profiles, statistics_pass  # noqa: E402
 from optimizer.workload import Workload  # noqa: E402
 from subzero.engine.catalog import Catalog  # noqa: E402
-from subzero.modes import Mode  # noqa: E402
+from subzero.modes import Mode, Strategy  # noqa: E402
 
 TARGET_SOLVE_S = 0.100
 TARGET_RATIO = 2.0
@@ -174,12 +174,13 @@ def bench_predictions(name: str, params: dict, strategies: list[str], spark, hom
     model = CostModel()
     rows = []
     for s in strategies:
-        ops = [n for n, p in profiles.items() if p.supports(s)
+        strategy = Strategy.parse(s)
+        ops = [n for n, p in profiles.items() if p.supports(strategy)
                and not (udfs_only and Mode.MAP in p.supported)]
         if not ops:
             continue
-        pred = {n: (model.estimate(profiles[n], s), model.runtime_with(profiles[n], [s]))
-                for n in ops}
+        pred = {n: (model.estimate(profiles[n], strategy),
+                    model.runtime_with(profiles[n], [strategy])) for n in ops}
         best = None
         for _ in range(repeat_runs):
             res = run_workflow(wf, home, plan={n: [s] for n in ops}, spark=spark)

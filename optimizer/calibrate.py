@@ -48,7 +48,7 @@ from subzero.engine import arrays, layout
 from subzero.engine.spark import get_spark
 from subzero.engine.tasks import make_jobs, run_jobs
 from subzero.lineage import PairBatch
-from subzero.modes import Mode, Strategy
+from subzero.modes import FULL_MANY_BWD, FULL_ONE_BWD, PAY_ONE_BWD, Mode, Strategy
 from subzero.query.costs import QueryCosts
 from subzero.query.stored import group_by_payload
 
@@ -274,11 +274,11 @@ def measure_lookups(scratch: Path, repeat: int, progress: Progress = None) -> di
     shards = {}
     for label, pairs in (("one", _stencil(shape, 0)), ("fan49", _stencil(shape, 3)),
                          ("scattered8", _scattered(shape, 8))):
-        shards[label] = write_shard(scratch / "lookups", Strategy.parse("full-one-bwd"), shape,
+        shards[label] = write_shard(scratch / "lookups", FULL_ONE_BWD, shape,
                                     pairs, chunk=len(shards))["path"]
-    pay_path = write_shard(scratch / "lookups", Strategy.parse("pay-one-bwd"), shape,
+    pay_path = write_shard(scratch / "lookups", PAY_ONE_BWD, shape,
                            _payloads(shape, 1), chunk=9)["path"]
-    many_path = write_shard(scratch / "lookups", Strategy.parse("full-many-bwd"), shape,
+    many_path = write_shard(scratch / "lookups", FULL_MANY_BWD, shape,
                             _stencil(shape, 0), chunk=10)["path"]
 
     def lookup(path: str, q: np.ndarray) -> None:
@@ -405,7 +405,7 @@ def measure_task_factor(scratch: Path, spark: Any, repeat: int) -> float:
     arrays.write_array(path, np.random.default_rng(3).normal(size=shape), chunk)
     op = _bound(Convolve(np.ones((3, 3)) / 9), shape)
     jobs = make_jobs(scratch / "factor", "r0", op, [path], None, chunk_grid(shape, chunk),
-                     [Strategy.parse("full-many-bwd")], frozenset({Mode.FULL}))
+                     [FULL_MANY_BWD], frozenset({Mode.FULL}))
 
     def work(where: Any) -> float:
         res = run_jobs(jobs, where)

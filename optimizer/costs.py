@@ -17,13 +17,16 @@ backward and forward query cost as a function of query size (paper VII).
   Re-execution is always available at query time, so no strategy is ever charged more than
   re-executing (the executor switches).
 
+Strategies come in as :class:`~subzero.modes.Strategy` values: names are parsed where they
+enter (pins, plan files, the catalog), not here.
+
 >>> from optimizer.stats import ModeStats, OpProfile, Probe
->>> from subzero.modes import Mode
+>>> from subzero.modes import FULL_ONE_BWD, Mode
 >>> prof = OpProfile("f", "udf", frozenset({Mode.FULL}), (100, 100), ((100, 100),),
 ...                  (50, 100), 2, 1.0, 1.5, 2.0,
 ...                  modes={Mode.FULL: ModeStats(1e4, 1e4, 9e4, 1e4, 1e4, 0, 0, 0.2)})
 >>> cm = CostModel()
->>> cm.disk(prof, "full-one-bwd") > 0
+>>> cm.disk(prof, FULL_ONE_BWD) > 0
 True
 >>> # capture: 0.2 task-seconds over 2 cores, times this machine's measured task factor
 >>> round(cm.capture_s(prof, Mode.FULL) / cm.calibration.task_factor, 3)
@@ -94,8 +97,7 @@ class CostModel:
     def _mode_stats(self, prof: OpProfile, s: Strategy) -> ModeStats | None:
         return prof.modes.get(mode_of(s))
 
-    def disk(self, prof: OpProfile, strategy: Strategy | str) -> float:
-        s = Strategy.parse(strategy)
+    def disk(self, prof: OpProfile, s: Strategy) -> float:
         if not s.stored:
             return 0.0
         m = prof.measured.get(s.name)
@@ -138,8 +140,7 @@ class CostModel:
         # sampled alone on the driver; the run's tasks share cores and memory
         return ms.capture_task_s * self.calibration.task_factor / max(1.0, prof.parallel)
 
-    def store_s(self, prof: OpProfile, strategy: Strategy | str) -> float:
-        s = Strategy.parse(strategy)
+    def store_s(self, prof: OpProfile, s: Strategy) -> float:
         if not s.stored:
             return 0.0
         m = prof.measured.get(s.name)
@@ -156,8 +157,7 @@ class CostModel:
             task_s *= self.calibration.task_factor
         return task_s / max(1.0, prof.parallel)
 
-    def estimate(self, prof: OpProfile, strategy: Strategy | str) -> Estimate:
-        s = Strategy.parse(strategy)
+    def estimate(self, prof: OpProfile, s: Strategy) -> Estimate:
         if not s.stored:
             return Estimate(s.name, 0.0, 0.0, 0.0, "none")
         source = ("measured" if s.name in prof.measured
@@ -165,28 +165,24 @@ class CostModel:
         return Estimate(s.name, self.disk(prof, s), self.capture_s(prof, s.mode),
                         self.store_s(prof, s), source)
 
-    def runtime_with(self, prof: OpProfile, strategies: Sequence[Strategy | str]) -> float:
+    def runtime_with(self, prof: OpProfile, strategies: Sequence[Strategy]) -> float:
         """Predicted stage wall time of the operator storing ``strategies``."""
-        ss = [Strategy.parse(x) for x in strategies]
-        modes = {s.mode for s in ss if s.stored}
+        modes = {s.mode for s in strategies if s.stored}
         return (prof.runtime_s + sum(self.capture_s(prof, m) for m in modes)
-                + sum(self.store_s(prof, s) for s in ss))
+                + sum(self.store_s(prof, s) for s in strategies))
 
     # -- queries ---------------------------------------------------------------------------
     def reexec_cost(self, prof: OpProfile, n: float) -> float:
         """Re-executing the tiles ``n`` frontier cells touch: what queries measured per cell
         when they did it before, else estimated from the operator's runtime."""
         tiles, cells = expected_tiles(prof.out_shape, prof.chunks, prof.tasks, prof.global_, n)
-        if prof.reexec_s_per_cell is not None:
-            return self.query.reexec_fixed_driver + prof.reexec_s_per_cell * cells
+        # a runtime of 0 is one the statistics did not measure
         return self.query.reexec_cost(prof.runtime_s or None, prof.out_size, cells, tiles,
-                                      on_spark=False)
+                                      on_spark=False, s_per_cell=prof.reexec_s_per_cell)
 
-    def query_cost(self, prof: OpProfile, strategy: Strategy | str, direction: str,
-                   n: float) -> float:
+    def query_cost(self, prof: OpProfile, s: Strategy, direction: str, n: float) -> float:
         """Seconds for one query step of ``n`` frontier cells through the operator with
-        ``strategy`` available (never more than re-executing, which is always possible)."""
-        s = Strategy.parse(strategy)
+        strategy ``s`` available (never more than re-executing, which is always possible)."""
         c = self.query
         reexec = self.reexec_cost(prof, n)
         if s == BLACKBOX:
@@ -209,7 +205,7 @@ class CostModel:
             cost += c.map_cost(int(in_size), prof.out_size)
         return min(reexec, cost)
 
-    def expected_query_cost(self, prof: OpProfile, strategy: Strategy | str, direction: str,
+    def expected_query_cost(self, prof: OpProfile, strategy: Strategy, direction: str,
                             sizes: Sequence[tuple[float, float]]) -> float:
         """Weighted mean of :meth:`query_cost` over ``[(weight, n), ...]``."""
         tot = sum(w for w, _ in sizes)
@@ -218,11 +214,11 @@ class CostModel:
         return sum(w * self.query_cost(prof, strategy, direction, n) for w, n in sizes) / tot
 
 
-def summarize(model: CostModel, prof: OpProfile, strategies: Sequence[str],
+def summarize(model: CostModel, prof: OpProfile, strategies: Sequence[Strategy],
               sizes: Mapping[str, Sequence[tuple[float, float]]]) -> dict[str, float]:
     """Predicted figures of an operator storing ``strategies``: disk, runtime overhead and
     the expected query cost per direction (the best of its strategies and re-execution)."""
-    ss = [Strategy.parse(x) for x in strategies]
+    ss = list(strategies)
     modes = {s.mode for s in ss if s.stored}
     out = {
         "disk": sum(model.disk(prof, s) for s in ss),

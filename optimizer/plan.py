@@ -32,17 +32,18 @@ from subzero.engine import layout
 from subzero.engine.catalog import Catalog
 from subzero.engine.runs import load_run
 from subzero.errors import CatalogError, SubZeroError
-from subzero.modes import STRATEGIES, Mode, Strategy
+from subzero.modes import BLACKBOX, STRATEGIES, Mode, Strategy
 from subzero.sizes import human_bytes
 
 CANDIDATE_ORDER = ("blackbox", "map", "full-one-bwd", "full-many-bwd", "full-one-fwd",
                    "full-many-fwd", "pay-one-bwd", "pay-many-bwd", "comp-one-bwd",
                    "comp-many-bwd")
+CANDIDATES = tuple(STRATEGIES[n] for n in CANDIDATE_ORDER)
 
 
 def candidates(prof: OpProfile) -> list[Strategy]:
     """Every strategy the operator supports (each encoding backward, Full also forward)."""
-    return [STRATEGIES[n] for n in CANDIDATE_ORDER if prof.supports(n)]
+    return [s for s in CANDIDATES if prof.supports(s)]
 
 
 @dataclass
@@ -89,7 +90,7 @@ def build_choices(profiles: Mapping[str, OpProfile], workload: Workload, model: 
     for name, prof in profiles.items():
         weight = {d: workload.p(name, d) for d in DIRECTIONS}
         sizes = {d: workload.sizes(name, d) for d in DIRECTIONS}
-        reexec = {d: model.expected_query_cost(prof, "blackbox", d, sizes[d])
+        reexec = {d: model.expected_query_cost(prof, BLACKBOX, d, sizes[d])
                   for d in DIRECTIONS if weight[d] > 0}
         options, missing = [], set()
         for s in candidates(prof):
@@ -180,10 +181,11 @@ def plan_profiles(profiles: Mapping[str, OpProfile], workload: Workload,
     tot = {"disk": 0.0, "overhead_s": 0.0, "runtime_s": 0.0, "query_cost": 0.0}
     for name, prof in profiles.items():
         sizes = {d: workload.sizes(name, d) for d in DIRECTIONS}
-        fig = summarize(model, prof, plan[name], sizes)
+        chosen = [STRATEGIES[n] for n in plan[name]]  # the solver's names, all candidates
+        fig = summarize(model, prof, chosen, sizes)
         p = {d: workload.p(name, d) for d in DIRECTIONS}
         q = sum(p[d] * fig[f"q_{d}"] for d in DIRECTIONS)
-        sources = sorted({model.estimate(prof, s).source for s in plan[name]} - {"none"})
+        sources = sorted({model.estimate(prof, s).source for s in chosen} - {"none"})
         rows.append({"operator": name, "strategies": plan[name], "disk": fig["disk"],
                      "overhead_s": fig["overhead_s"], "runtime_s": fig["runtime_s"],
                      "q_backward": fig["q_backward"], "q_forward": fig["q_forward"],

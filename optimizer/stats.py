@@ -144,8 +144,7 @@ class OpProfile:
     def in_sizes(self) -> tuple[int, ...]:
         return tuple(int(np.prod(s, dtype=np.int64)) for s in self.in_shapes)
 
-    def supports(self, s: Strategy | str) -> bool:
-        s = Strategy.parse(s)
+    def supports(self, s: Strategy) -> bool:
         return s.mode is Mode.BLACKBOX or s.mode in self.supported
 
     def with_modes(self, modes: Mapping[Mode, ModeStats]) -> "OpProfile":
@@ -498,8 +497,8 @@ def _baseline_runtimes(cat: Catalog, rid: str) -> dict[str, float]:
         ops = cat.operators(r["id"])
         for op, st in cat.op_stats(r["id"]).items():
             strategies = ops.get(op, {}).get("strategies", [])
-            if st["runtime_s"] is not None and all(
-                    s in ("map", "blackbox") for s in strategies):
+            if st["runtime_s"] is not None and not any(
+                    Strategy.parse(s).stored for s in strategies):
                 times.setdefault(op, []).append(float(st["runtime_s"]))
     return {op: float(np.median(v)) for op, v in times.items() if v}
 

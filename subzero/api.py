@@ -24,16 +24,17 @@ from optimizer.plan import plan_from_catalog
 from subzero.chunking import Chunking
 from subzero.engine import layout
 from subzero.engine.catalog import Catalog
-from subzero.engine.runner import RunResult, run_workflow
-from subzero.engine.replay import ReplayResult, replay_run, replay_values
+from subzero.engine.runner import RunResult, RunSpec, execute
 from subzero.engine.runs import LoadedRun, load_run
 from subzero.engine.spark import active_session, get_spark
+from subzero.display import RunDisplay
 from subzero.errors import StoreError, SubZeroError
 from subzero.lineagecheck import LineageCheck, check_operator
 from subzero.testing import bind
-from subzero.frontier import Frontier, start_frontier
+from subzero.frontier import start_frontier
 from subzero.query import LineageResult, QueryExecutor
 from subzero.query.named import choose_all, start_cells
+from subzero.replay import ReplayResult, replay_run, replay_values
 from subzero.workflow import Workflow
 from workflows.checkable import default_inputs, resolve
 
@@ -69,9 +70,13 @@ class Home:
         if quiet is None:
             quiet = os.environ.get("SUBZERO_QUIET", "0") not in ("", "0")
         chunking = Chunking(split=split, chunks=chunks) if (chunks or split) else Chunking()
-        res = run_workflow(workflow, self.path, inputs=inputs, strategy=strategy, plan=plan,
-                           chunking=chunking, master=master, max_disk=max_disk,
-                           progress=not quiet, notify=None if quiet else say, where=where)
+        spec = RunSpec.build(workflow, self.path, inputs=inputs, strategy=strategy, plan=plan,
+                             chunking=chunking, master=master, max_disk=max_disk, where=where)
+        if quiet:
+            res = execute(spec)
+        else:
+            with RunDisplay(say) as shown:
+                res = execute(spec, notify=shown.notify, on_progress=shown.progress)
         out = self.get(res.run)
         out.result = res
         out.choose_named_cells()
@@ -213,8 +218,8 @@ class Run:
         on it (not part of the query workload), for :meth:`replay`: one connection for all
         a replay asks, kept for the next replay until :meth:`close`. Closing a process's
         last connection to the catalog checkpoints its write-ahead log, with an fsync of
-        the home that makes the file system write out what the replay has just written
-        (12 ms after a 10 x 10 box of LSST exp1, against the replay's 0.1 s)."""
+        the home that makes the file system write out what the replay has just written,
+        a large share of a small replay's time (benchmarks/bench_replay.py)."""
         sessions = self.__dict__.setdefault("_replay_sessions", {})
         key = threading.get_ident()
         got = sessions.get(key)
@@ -258,19 +263,16 @@ class Run:
         vals = replay_values(array, dtype, int(mask.sum()), value=value,
                              values=None if values is None else np.asarray(values), nan=nan)
         cat, qx = self._replay_session()
-
-        def reach(op: str, i: int, changed: Frontier) -> Frontier:
-            return qx.reach(op, i, "forward", changed)
-
         if quiet is None:
             quiet = os.environ.get("SUBZERO_QUIET", "0") not in ("", "0")
         text = "NaN" if nan else ("given values" if values is not None else str(value))
         spark = active_session()
         if where == "spark" and spark is None:
             spark = get_spark(None, layout.logs_dir(self.home), notify=None if quiet else say)
-        res = replay_run(self.loaded, array, mask, vals, reach, to=targets or None,
+        res = replay_run(self.loaded, array, mask, vals, to=targets or None,
                          value_text=text, spark=spark, where=where,
-                         notify=None if quiet else say, catalog=cat, compare_all=compare_all)
+                         notify=None if quiet else say, catalog=cat, compare_all=compare_all,
+                         executor=qx)
         # the derived run's workflow is a copy of this run's
         loaded = load_run(self.home, res.run, catalog=cat, workflow=wf)
         loaded.unavailable = dict(self.loaded.unavailable)

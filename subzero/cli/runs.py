@@ -22,7 +22,8 @@ from subzero.engine.catalog import Catalog
 from subzero.engine.inputs import origin_text
 from subzero.engine.placement import WHERE
 from subzero.engine.spark import check_master, resolve_master
-from subzero.engine.runner import RunResult, run_workflow
+from subzero.display import RunDisplay
+from subzero.engine.runner import RunResult, RunSpec, execute
 from subzero.jsonio import TooDeepError, loads_limited
 from subzero.sizes import human_bytes, parse_size
 
@@ -144,11 +145,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         label = "optimized"
     elif plan is not None:
         label = f"plan:{Path(args.plan).name}"
-    res = run_workflow(
-        wf, home=args.home, inputs=inputs, strategy=strategy, plan=plan, label=label,
-        chunking=chunking, master=args.master,
-        progress=True, notify=say, max_disk=max_disk, where=args.where,
-    )
+    spec = RunSpec.build(wf, home=args.home, inputs=inputs, strategy=strategy, plan=plan,
+                         label=label, chunking=chunking, master=args.master,
+                         max_disk=max_disk, where=args.where)
+    with RunDisplay(say) as shown:
+        res = execute(spec, notify=shown.notify, on_progress=shown.progress)
     notes = _run_summary(args, res)
     if args.json:
         emit_json(dict(res.to_json(), summary=notes))

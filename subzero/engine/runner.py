@@ -1,13 +1,14 @@
 """The driver's side of a run: plan, inputs, fused Spark stages, catalog rows.
 
-:func:`run_workflow` executes a workflow as fused stages (:mod:`subzero.engine.stages`),
-each one Spark job with one task per output chunk (:mod:`subzero.engine.tasks`), in
-small steps:
+:func:`execute` runs what a :class:`~subzero.engine.runspec.RunSpec` asks for (the
+workflow validated and its strategies resolved when the spec was built) as fused stages
+(:mod:`subzero.engine.stages`), each one Spark job with one task per output chunk
+(:mod:`subzero.engine.tasks`), in small steps:
 
-1. validate the workflow, resolve its strategies, check the inputs and note where each
-   comes from (:func:`_say_inputs`), plan the stages, choose where they execute
-   (:func:`_place`: a small run on a local master runs its tasks in this process, without
-   Spark jobs), start Spark if they need it and open the run's catalog row;
+1. check the inputs and note where each comes from (:func:`_say_inputs`), plan the
+   stages, choose where they execute (:func:`_place`: a small run on a local master runs
+   its tasks in this process, without Spark jobs), start Spark if they need it and open
+   the run's catalog row;
    :func:`_store_inputs` writes the inputs the driver reads whole (small ones); the
    others are produced chunk by chunk by the first stages' tasks;
 2. :func:`~subzero.engine.migrate.write_manifest`: the workflow as data (the manifest);
@@ -19,12 +20,16 @@ small steps:
    timings). Catalog writes all happen on this thread;
 4. :func:`_finish`: the run's totals; a failure marks the run ``failed`` instead.
 
+A spec is built and checked once where the request enters (the command line,
+:mod:`subzero.api`); :func:`run_workflow` builds one from keywords and executes it.
+
 No step collects an array or lineage pairs to the driver: tasks return timings and
 statistics only. ``notify`` (a callable taking one line) hears what the run is doing:
 where the inputs come from, Spark starting, a strategy that stores nothing, an operator
 whose lineage costs more than its computation (:func:`lineage_warning`, once per operator;
-the result's ``warnings`` keep them), and, when stderr is not a terminal, the operators
-done so far (on a terminal, a progress bar).
+the result's ``warnings`` keep them). ``on_progress(name, done, total)`` hears each
+operator as it is recorded (and ``("", 0, total)`` as the stages start); the runner draws
+nothing itself: :class:`subzero.display.RunDisplay` turns both into lines or a bar.
 """
 
 from __future__ import annotations
@@ -53,11 +58,13 @@ from subzero.chunking import Chunking, chunk_grid, task_grid
 from subzero.engine import arrays, layout
 from subzero.engine.capacity import check_fits
 from subzero.engine.catalog import Catalog, shard_row
+from subzero.engine.codec import preload
 from subzero.engine.diskfull import is_disk_full, no_space
 from subzero.engine.heap import keep_run_memory
 from subzero.engine.inputs import input_origins, origin_text, plan_inputs
 from subzero.engine.migrate import write_manifest
-from subzero.engine.placement import Placement, check_where, place
+from subzero.engine.placement import Placement, place
+from subzero.engine.runspec import RunSpec
 from subzero.engine.spark import (active_session, check_master, get_spark, local_cores,
                                   resolve_master, ship_user_code)
 from subzero.engine.stages import Stage, plan_stages
@@ -75,8 +82,13 @@ from subzero.engine.tasks import (
 from subzero import manifest
 from subzero.modes import BLACKBOX, Mode, Strategy, capture_modes
 from subzero.operator import Operator
+from subzero.pools import thread_pool
 from subzero.sizes import human_bytes
 from subzero.workflow import Workflow
+
+#: hears each operator as its stage is recorded: ``(operator, done, total)``; ``("", 0,
+#: total)`` as the stages start
+OnProgress = Callable[[str, int, int], None]
 
 #: stages that write at most this many cells (a 1 x 1 overscan, a scalar mean) run on the
 #: driver: a Spark job costs tens of milliseconds before any work starts
@@ -85,7 +97,7 @@ DRIVER_STAGE_CELLS = 1024
 
 @dataclass
 class RunResult:
-    """What :func:`run_workflow` returns (also the CLI's ``--json``)."""
+    """What :func:`execute` returns (also the CLI's ``--json``)."""
 
     run: str
     workflow: str
@@ -125,16 +137,14 @@ class RunResult:
 
 @dataclass
 class _Run:
-    """A run in progress: where it lives and what it has written so far."""
+    """A run in progress: its spec, its catalog row, and what it has written so far."""
 
-    wf: Workflow
-    home: Path
+    spec: RunSpec
     rid: str
     cat: Catalog
+    #: the spec's chunking, sized to the cores when it is the default
     chunking: Chunking
     spark: Any
-    max_disk: int | None
-    plan: dict[str, list[Strategy]] = field(default_factory=dict)
     paths: dict[str, Path] = field(default_factory=dict)
     origins: dict[str, dict[str, Any]] = field(default_factory=dict)
     input_bytes: int = 0
@@ -159,9 +169,28 @@ class _Run:
     partial_of: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: each operator's code as the manifest records it (class, digest, distribution)
     code: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: hears the run's lines (``run_workflow``'s ``notify``), and the warnings said so far
+    #: hears the run's lines (:func:`execute`'s ``notify``), and the warnings said so far
     notify: Callable[[str], None] | None = None
     warnings: list[str] = field(default_factory=list)
+    #: hears each operator recorded, and how many are so far
+    on_progress: OnProgress | None = None
+    done: int = 0
+
+    @property
+    def wf(self) -> Workflow:
+        return self.spec.workflow
+
+    @property
+    def home(self) -> Path:
+        return self.spec.home
+
+    @property
+    def plan(self) -> Mapping[str, tuple[Strategy, ...]]:
+        return self.spec.plan
+
+    @property
+    def max_disk(self) -> int | None:
+        return self.spec.max_disk
 
 
 @dataclass
@@ -184,48 +213,8 @@ class _Stage:
         return float(sum(r.get(key, 0.0) for r in self.results))
 
 
-#: with stderr not a terminal, a line on the operators done at most this often (seconds)
-PROGRESS_EVERY_S = 5.0
 #: input origins a run lists one per line; more are summed up in one line
 SAY_INPUTS = 6
-
-
-class _Lines:
-    """Progress as lines (stderr not a terminal: a log, a notebook, a pipe): the operators
-    done so far, at most every ``every`` seconds; the interface of tqdm the run uses."""
-
-    def __init__(self, total: int, notify: Callable[[str], None], every: float) -> None:
-        self.total, self.notify, self.every = total, notify, every
-        self.n, self.name = 0, ""
-        self.t0 = self.last = time.monotonic()
-
-    def set_description(self, name: str) -> None:
-        self.name = name
-
-    def update(self, k: int = 1) -> None:
-        self.n += k
-        now = time.monotonic()
-        if now - self.last >= self.every and self.n < self.total:
-            self.last = now
-            self.notify(f"{self.n}/{self.total} operators done ({self.name}; "
-                        f"{now - self.t0:.0f} s)")
-
-    def close(self) -> None:
-        pass
-
-
-def _progress(total: int, enabled: bool, notify: Callable[[str], None] | None = None
-              ) -> Any:
-    if not enabled:
-        return None
-    if not sys.stderr.isatty():
-        return None if notify is None else _Lines(total, notify, PROGRESS_EVERY_S)
-    try:
-        from tqdm import tqdm  # optional: a progress bar only on a terminal
-    except ImportError:  # pragma: no cover
-        return None
-    return tqdm(total=total, delay=1.0, file=sys.stderr, unit="op", leave=False,
-                bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} operators [{elapsed}]")
 
 
 def _manifest(wf: Workflow, origins: Mapping[str, dict[str, Any]]
@@ -270,7 +259,7 @@ def _say_inputs(origins: Mapping[str, dict[str, Any]], notify: Callable[[str], N
 
 
 def _say_stores_nothing(wf: Workflow, strategy: str | None,
-                        resolved: Mapping[str, list[Strategy]],
+                        resolved: Mapping[str, Sequence[Strategy]],
                         notify: Callable[[str], None]) -> None:
     """A stored-lineage strategy that stores nothing for this workflow (its operators have
     no mode the strategy stores: e.g. ``full-one`` where every operator maps) says so."""
@@ -357,7 +346,7 @@ def _take_partials(r: _Run, results: Sequence[Sequence[dict[str, Any]]]) -> None
 def direct_arrays(wf: Workflow, stages: Sequence[Stage]) -> frozenset[str]:
     """The operators whose output no stage after their own reads (a step of the same fused
     stage reads it from memory): their chunk files are written past the page cache
-    (:class:`subzero.engine.arrays.DirectWrites`), which costs a run almost no CPU where
+    (:class:`subzero.engine.direct.DirectWrites`), which costs a run almost no CPU where
     writing into the page cache costs CPU for every fresh page, and a later reader the
     device's time. The arrays later stages read stay in the page cache."""
     stage_of = {n: st.id for st in stages for n in st.names}
@@ -410,7 +399,7 @@ def _make_arrays(r: _Run, stages: Sequence[Stage], rank: Mapping[int, int]
                 shape, dtype = r.wf.inputs[name].shape, r.wf.inputs[name].dtype
             arrs.append((path, shape, dtype, r.chunking.chunk_shape(shape)))
         todo.append((st.id, arrs))
-    pool = arrays.thread_pool("subzero-create", 1)
+    pool = thread_pool("subzero-create", 1)
     return {sid: pool.submit(_create_arrays, arrs) for sid, arrs in todo}
 
 
@@ -457,8 +446,8 @@ def _op_stage(r: _Run, name: str, results: list[dict[str, Any]], wall: float) ->
     return _Stage(name, list(r.plan[name]), results, wall, shards, rows)
 
 
-def _complete(r: _Run, st: Stage, results: list[list[dict[str, Any]]], wall: float,
-              bar: Any) -> None:
+def _complete(r: _Run, st: Stage, results: list[list[dict[str, Any]]], wall: float
+              ) -> None:
     """Record a finished stage, step by step in run order. Each operator's runtime is the
     stage's wall time shared out by the operator's part of the tasks' time."""
     per_step: list[list[dict[str, Any]]] = [[] for _ in st.names]
@@ -481,13 +470,10 @@ def _complete(r: _Run, st: Stage, results: list[list[dict[str, Any]]], wall: flo
             _enforce_budget(r, stage)
             warning = _record_stage(r, stage)
         if warning is not None and r.notify is not None:
-            clear = getattr(bar, "clear", None)  # a progress bar on the terminal: off first
-            if clear is not None:
-                clear()
             r.notify(warning)
-        if bar is not None:
-            bar.set_description(name)
-            bar.update(1)
+        r.done += 1
+        if r.on_progress is not None:
+            r.on_progress(name, r.done, len(r.wf.order))
 
 
 def _remove_attempts(r: _Run, names: Sequence[str]) -> None:
@@ -560,7 +546,7 @@ def _split(r: _Run, batch: list[Stage], results: list[list[dict[str, Any]]]
 
 
 def _execute(r: _Run, stages: list[Stage], sources: Mapping[str, Callable[[Box], np.ndarray]],
-             workers: int, bar: Any) -> int:
+             workers: int) -> int:
     """Run every stage once its dependencies are done, up to ``workers`` Spark jobs at a
     time, stages on the longest chain first; record each as it completes. Returns how many
     stages ran at once at most (stages batched into one job count each)."""
@@ -617,7 +603,7 @@ def _execute(r: _Run, stages: list[Stage], sources: Mapping[str, Callable[[Box],
                     busy = [sum(res.get("task_s", 0.0) for chunk in mine for res in chunk)
                             for mine in parts]
                     for st, mine, b in zip(batch, parts, busy):
-                        _complete(r, st, mine, wall * (b / (sum(busy) or 1.0)), bar)
+                        _complete(r, st, mine, wall * (b / (sum(busy) or 1.0)))
                         done.add(st.id)
         except BaseException:
             for fut in running:  # let the stages in flight end before the run is marked
@@ -889,62 +875,66 @@ def run_workflow(
     home: str | os.PathLike | None = None,
     inputs: Mapping[str, str] | None = None,
     strategy: str | None = "subzero",
-    plan: Mapping[str, Sequence[str]] | None = None,
+    plan: Mapping[str, Sequence[str | Strategy]] | None = None,
     chunking: Chunking | None = None,
     master: str | None = None,
     spark: Any = None,
-    progress: bool = False,
-    on_plan: Callable[[dict[str, list[Strategy]]], None] | None = None,
     max_disk: int | None = None,
     label: str | None = None,
     fuse: bool = True,
     workers: int | None = None,
     notify: Callable[[str], None] | None = None,
     where: str = "auto",
+    on_progress: OnProgress | None = None,
 ) -> RunResult:
-    """Execute ``wf`` on Spark and record everything in the home's catalog.
+    """Execute ``wf`` and record everything in the home's catalog: :meth:`RunSpec.build`
+    from the keywords, then :func:`execute` (see both for what they mean)."""
+    spec = RunSpec.build(wf, home, inputs=inputs, strategy=strategy, plan=plan,
+                         chunking=chunking, master=master, max_disk=max_disk, label=label,
+                         fuse=fuse, workers=workers, where=where)
+    return execute(spec, spark=spark, notify=notify, on_progress=on_progress)
 
-    ``strategy`` names a workflow-level strategy (``subzero``, ``blackbox``...); ``plan``
-    (``{op: [strategy names]}``) overrides it. Returns a :class:`RunResult`; the run's status
-    in the catalog is ``complete`` only once every operator has finished.
 
-    ``max_disk`` (bytes) is a lineage budget the run enforces on bytes on disk (the shard
-    files, their metadata and folders: :func:`disk_bytes`, what ``du`` counts): after each
-    operator's stage, if its shards would take the run's lineage over the budget, they are
-    deleted before the next stage starts and the operator keeps only its non-stored
+def execute(spec: RunSpec, spark: Any = None, notify: Callable[[str], None] | None = None,
+            on_progress: OnProgress | None = None) -> RunResult:
+    """Execute the run ``spec`` asks for on Spark (or in this process) and record
+    everything in its home's catalog.
+
+    Returns a :class:`RunResult`; the run's status in the catalog is ``complete`` only once
+    every operator has finished.
+
+    ``spec.max_disk`` (bytes) is a lineage budget the run enforces on bytes on disk (the
+    shard files, their metadata and folders: :func:`disk_bytes`, what ``du`` counts): after
+    each operator's stage, if its shards would take the run's lineage over the budget, they
+    are deleted before the next stage starts and the operator keeps only its non-stored
     strategies (map where it had it, else black box) for this run; the catalog says so and
     queries re-execute it. The stored total at rest never exceeds the budget (while one
     stage runs, its shards may briefly take up to one operator's lineage more).
-    ``label`` names the run's strategy in the catalog (default: the strategy, or "plan").
 
-    ``fuse=False`` runs one Spark job per step (no fused stages); ``workers`` caps the
-    stages that run at once (default: the session's parallelism, at least 2; 1 under a
-    ``max_disk`` budget, so the budget drops the same operators' shards in every run).
+    ``spec.fuse=False`` runs one Spark job per step (no fused stages); ``spec.workers``
+    caps the stages that run at once (default: the session's parallelism, at least 2; 1
+    under a ``max_disk`` budget, so the budget drops the same operators' shards in every
+    run).
 
-    ``notify(line)`` hears what the run does (see the module docstring); with ``progress``
-    it also hears the operators done when stderr is not a terminal. An operator whose
+    ``notify(line)`` hears what the run does (see the module docstring). An operator whose
     stored lineage costs more than the operator (:func:`lineage_warning`) is said once, as
     its stage is recorded; the result's ``warnings`` and the operator's catalog note keep
-    the line, with or without ``notify``.
+    the line, with or without ``notify``. ``on_progress(name, done, total)`` hears each
+    operator recorded.
 
-    ``where`` is ``"auto"`` (default), ``"spark"`` or ``"driver"``: under ``auto`` a small
-    run on a local master executes in this process, without Spark jobs (nor a session, if
-    none runs yet), when that is modelled quicker (:mod:`subzero.engine.placement`); a
-    ``spark`` session handed over is used. The result's ``placement`` says where the run
-    executed and why.
+    ``spec.where`` is ``"auto"``, ``"spark"`` or ``"driver"``: under ``auto`` a small run
+    on a local master executes in this process, without Spark jobs (nor a session, if none
+    runs yet), when that is modelled quicker (:mod:`subzero.engine.placement`); a ``spark``
+    session handed over is used. The result's ``placement`` says where the run executed
+    and why.
     """
-    wf.validate()
-    resolved = wf.plan(plan if plan is not None else strategy)
-    manifest.workflow_manifest(wf)  # what cannot be data is refused before anything else
-    if on_plan:
-        on_plan(resolved)
-    chunking = chunking or Chunking()
-    home = layout.resolve_home(home)
+    wf, home, resolved, where, master = (spec.workflow, spec.home, spec.plan, spec.where,
+                                         spec.master)
+    chunking = spec.chunking
     layout.check_writable_home(home)  # a home that is a file or read-only: before Spark starts
-    check_fits(wf, home, inputs, notify=notify)
-    check_where(where)
-    sources, data = plan_inputs(wf, inputs)
-    origins = input_origins(wf, inputs)
+    check_fits(wf, home, spec.inputs, notify=notify)
+    sources, data = plan_inputs(wf, spec.inputs)
+    origins = input_origins(wf, spec.inputs)
     doc, blobs, manifest_bytes = _manifest(wf, origins)
     if spark is not None and where == "auto":
         where = "spark"  # a caller that hands over a session runs on it
@@ -961,16 +951,17 @@ def run_workflow(
     cores = cores or local_cores("local[*]") or 1
     if notify is not None:
         _say_inputs(origins, notify)
-        if plan is None:
-            _say_stores_nothing(wf, strategy, resolved, notify)
+        _say_stores_nothing(wf, spec.strategy, resolved, notify)
     if chunking.is_default:
         chunking = chunking.with_tasks(default_tasks(wf, cores))
+    workers = spec.workers
     if workers is None:
-        workers = 1 if max_disk is not None else max(2, cores)
+        workers = 1 if spec.max_disk is not None else max(2, cores)
     combined = combined_ops(wf, chunking, resolved, set(sources))
-    stages = plan_stages(wf, set(sources), chunking.chunk_shape, fuse=fuse, combined=combined)
+    stages = plan_stages(wf, set(sources), chunking.chunk_shape, fuse=spec.fuse,
+                         combined=combined)
     placed = _place(wf, stages, where, want, cores, warm, combined)
-    arrays.preload()  # the run writes arrays: the codecs' import is setup, not run time
+    preload()  # the run writes arrays: the codecs' import is setup, not run time
     if placed.where == "driver":
         spark = None
         _import_kernels(wf)
@@ -980,33 +971,34 @@ def run_workflow(
     elif spark is None:
         spark = get_spark(master, layout.logs_dir(home), notify=notify)
     cat = Catalog(layout.catalog_path(home))
-    label = label or ("plan" if plan is not None else strategy)
     with _no_space("the catalog", home):
         rid = cat.create_run(
-            wf.name, params=wf.params, strategy=label,
+            wf.name, params=wf.params, strategy=spec.label,
             plan={n: [s.name for s in ss] for n, ss in resolved.items()},
             master=want, chunking=chunking.to_json(), placement=placed.to_json(),
             manifest=hashlib.sha256(manifest_bytes).hexdigest(),
         )
-    r = _Run(wf, home, rid, cat, chunking, spark, max_disk, resolved, origins=origins,
-             threads=cores, direct=direct_arrays(wf, stages), combined=combined,
+    r = _Run(spec, rid, cat, chunking, spark, origins=origins, threads=cores,
+             direct=direct_arrays(wf, stages), combined=combined,
              partial_of=_partial_of(wf, combined), code=manifest.operator_code(doc),
-             notify=notify)
+             notify=notify, on_progress=on_progress)
     if spark is not None:
         ship_user_code(spark, manifest.module_records(doc).values())
     t_start = time.perf_counter()
-    bar = _progress(len(wf.order), progress, notify)
+    if on_progress is not None:
+        on_progress("", 0, len(wf.order))
     try:
         layout.arrays_dir(home, rid).mkdir(parents=True, exist_ok=False)
         write_manifest(home, rid, blobs, manifest_bytes)
         _store_inputs(r, data)
         with (keep_run_memory() if spark is None else nullcontext(),
-              deferring_stores() if spark is None and max_disk is None else nullcontext()):
-            most = _execute(r, stages, sources, workers, bar)
+              deferring_stores() if spark is None and spec.max_disk is None
+              else nullcontext()):
+            most = _execute(r, stages, sources, workers)
         runtime = time.perf_counter() - t_start
         _finish(r, runtime)
         r.operators.sort(key=lambda o: wf.order.index(o["name"]))
-        return RunResult(rid, wf.name, label, runtime, r.input_bytes, r.lineage_bytes,
+        return RunResult(rid, wf.name, spec.label, runtime, r.input_bytes, r.lineage_bytes,
                          r.operators, len(stages), most, _peak_rss(), origins, placed,
                          list(r.warnings))
     except BaseException as e:
@@ -1026,8 +1018,6 @@ def run_workflow(
             raise no_space(_what_failed(str(e), rid), home) from None
         raise
     finally:
-        if bar is not None:
-            bar.close()
         cat.close()
 
 

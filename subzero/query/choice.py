@@ -163,11 +163,9 @@ class MethodChoice:
             return facts[best][0], floor if auto else None
         tiles, cells = self.tiles(op, i, backward, f)
         on_spark = self.use_spark(cells, len(tiles), op)
-        if not on_spark and self._observed(op.name) is not None:
-            reexec = self.driver_estimate(op, cells)
-        else:
-            reexec = c.reexec_cost(self._stats(op.name).get("runtime_nolineage_s"),
-                                   size_of(op.out_shape), cells, len(tiles), on_spark)
+        reexec = c.reexec_cost(self._stats(op.name).get("runtime_nolineage_s"),
+                               size_of(op.out_shape), cells, len(tiles), on_spark,
+                               s_per_cell=self._observed(op.name))
         if best is not None and costs[best] <= reexec:
             return facts[best][0], reexec if auto else None
         return ("reexec", None), reexec if auto else None
@@ -215,11 +213,9 @@ class MethodChoice:
     def driver_estimate(self, op: Operator, cells: int) -> float:
         """Seconds to re-execute ``cells`` output cells of ``op`` on the driver: what earlier
         re-executions of it took per cell when known, else the cost model's estimate."""
-        observed = self._observed(op.name)
-        if observed is not None:
-            return self.costs.reexec_fixed_driver + observed * cells
         runtime = self._stats(op.name).get("runtime_nolineage_s")
-        return self.costs.reexec_cost(runtime, size_of(op.out_shape), cells, 1, False)
+        return self.costs.reexec_cost(runtime, size_of(op.out_shape), cells, 1, False,
+                                      s_per_cell=self._observed(op.name))
 
     def record_reexec(self, op_name: str, cells: int, seconds: float) -> None:
         """Remember what a driver re-execution cost (the paper's query-time statistics):

@@ -117,7 +117,37 @@ class QueryCosts:
         return shards * self.shard_fixed + pairs * self.scan_per_pair + cells * self.scan_per_cell
 
     def reexec_cost(self, op_runtime_s: float | None, total_cells: int, rerun_cells: int,
-                    tasks: int, on_spark: bool) -> float:
+                    tasks: int, on_spark: bool, s_per_cell: float | None = None) -> float:
+        """Re-executing ``rerun_cells`` of an operator's ``total_cells`` output cells in
+        tracing mode, as ``tasks`` tiles: the one estimate both the query-time chooser
+        (:class:`subzero.query.choice.MethodChoice`) and the strategy optimizer
+        (:class:`optimizer.costs.CostModel`) use.
+
+        Parameters
+        ----------
+        op_runtime_s : the operator's own run time without lineage, or None when unknown
+            (then :attr:`reexec_per_cell` per re-run cell stands in for it).
+        total_cells, rerun_cells : the operator's output cells, and those re-run.
+        tasks : the tiles re-executed (one Spark task each).
+        on_spark : re-executed as Spark tasks (a fixed cost per task) or on the driver.
+        s_per_cell : seconds per re-run cell that earlier re-executions on the driver
+            measured; when given, a driver estimate is that rate plus the fixed cost.
+
+        Returns
+        -------
+        float
+            Estimated seconds.
+
+        Examples
+        --------
+        >>> c = QueryCosts(reexec_fixed_driver=0.5, trace_factor=2.0)
+        >>> c.reexec_cost(10.0, 100, 10, 1, on_spark=False)   # a tenth of 10 s, traced
+        2.5
+        >>> c.reexec_cost(10.0, 100, 10, 1, on_spark=False, s_per_cell=0.1)
+        1.5
+        """
+        if s_per_cell is not None and not on_spark:
+            return self.reexec_fixed_driver + s_per_cell * rerun_cells
         frac = rerun_cells / max(1, total_cells)
         base = (op_runtime_s * frac if op_runtime_s is not None
                 else rerun_cells * self.reexec_per_cell)

@@ -6,7 +6,8 @@ from encoders.sizes import features
 from optimizer.calibration import Calibration
 from optimizer.costs import CostModel, summarize
 from optimizer.stats import Measured, ModeStats, OpProfile, Probe
-from subzero.modes import Mode, Strategy
+from subzero.modes import (BLACKBOX, FULL_MANY_BWD, FULL_MANY_FWD, FULL_ONE_BWD, FULL_ONE_FWD,
+                           MAP, PAY_MANY_BWD, PAY_ONE_BWD, Mode, Strategy)
 from subzero.query.costs import QueryCosts
 
 N = 100 * 100
@@ -35,9 +36,9 @@ def test_features_swap_keys_and_values_with_the_direction():
 def test_disk_grows_with_fanin_and_nothing_stored_costs_nothing():
     cm = CostModel(Calibration.default())
     small, big = profile(fanin=1), profile(fanin=49)
-    for s in ("full-one-bwd", "full-many-bwd", "full-one-fwd", "full-many-fwd"):
+    for s in (FULL_ONE_BWD, FULL_MANY_BWD, FULL_ONE_FWD, FULL_MANY_FWD):
         assert 0 < cm.disk(small, s) < cm.disk(big, s)
-    assert cm.disk(big, "blackbox") == cm.disk(big, "map") == 0
+    assert cm.disk(big, BLACKBOX) == cm.disk(big, MAP) == 0
 
 
 def test_measured_bytes_win_over_probes_and_probes_over_the_model():
@@ -48,13 +49,13 @@ def test_measured_bytes_win_over_probes_and_probes_over_the_model():
     # the probe wrote 2 shards holding a quarter of the output: 2 * fixed + 1000 bytes
     probe = Probe(bytes=2 * fixed + 1000, store_task_s=0.1, shards=2, cells=N / 4)
     p = profile(probes={"full-one-bwd": probe})
-    assert cm.disk(p, "full-one-bwd") == pytest.approx(2 * fixed + 4000)
-    assert cm.estimate(p, "full-one-bwd").source == "probe"
+    assert cm.disk(p, FULL_ONE_BWD) == pytest.approx(2 * fixed + 4000)
+    assert cm.estimate(p, FULL_ONE_BWD).source == "probe"
     m = profile(probes={"full-one-bwd": probe},
                 measured={"full-one-bwd": Measured("r1", 12345, 0.5, 2)})
-    assert cm.disk(m, "full-one-bwd") == 12345
-    assert cm.store_s(m, "full-one-bwd") == pytest.approx(0.5 / 2)  # 2 tasks at once
-    assert cm.estimate(m, "full-one-bwd").source == "measured"
+    assert cm.disk(m, FULL_ONE_BWD) == 12345
+    assert cm.store_s(m, FULL_ONE_BWD) == pytest.approx(0.5 / 2)  # 2 tasks at once
+    assert cm.estimate(m, FULL_ONE_BWD).source == "measured"
 
 
 def test_probes_that_fill_no_page_scale_what_they_hold():
@@ -69,12 +70,12 @@ def test_probes_that_fill_no_page_scale_what_they_hold():
     probe = Probe(bytes=2 * fixed, store_task_s=0.1, shards=2, cells=N / 4, logical=800)
     p = profile(probes={"full-many-bwd": probe, "full-one-bwd": probe})
     tasks = p.tasks
-    assert cm.disk(p, "full-many-bwd") == pytest.approx(tasks * fixed + 1.5 * 800 * 4)
+    assert cm.disk(p, FULL_MANY_BWD) == pytest.approx(tasks * fixed + 1.5 * 800 * 4)
     # a *One probe past its first pages keeps scaling its file bytes
     one_fixed = cal.predict("full-one-bwd", "data_bytes", {"shard": 1})
     big = Probe(bytes=2 * one_fixed + 90000, store_task_s=0.1, shards=2, cells=N / 4,
                 logical=800)
-    assert cm.disk(profile(probes={"full-one-bwd": big}), "full-one-bwd") == \
+    assert cm.disk(profile(probes={"full-one-bwd": big}), FULL_ONE_BWD) == \
         pytest.approx(tasks * one_fixed + 360000)
 
 
@@ -82,23 +83,23 @@ def test_capture_is_per_mode_and_divided_by_parallel_tasks():
     cm = CostModel(Calibration.default())
     p = profile(capture=0.4)
     assert cm.capture_s(p, Mode.FULL) == pytest.approx(0.2)
-    both = cm.runtime_with(p, ["full-one-bwd", "full-one-fwd"])
-    assert both == pytest.approx(1.0 + 0.2 + cm.store_s(p, "full-one-bwd")
-                                 + cm.store_s(p, "full-one-fwd"))
+    both = cm.runtime_with(p, [FULL_ONE_BWD, FULL_ONE_FWD])
+    assert both == pytest.approx(1.0 + 0.2 + cm.store_s(p, FULL_ONE_BWD)
+                                 + cm.store_s(p, FULL_ONE_FWD))
 
 
 def test_matched_lookups_beat_scans_and_nothing_costs_more_than_reexecution():
     q = QueryCosts(trace_factor=4.0)
     cm = CostModel(Calibration.default(), q)
     p = profile(pairs=N, runtime=5.0)
-    matched = cm.query_cost(p, "full-one-bwd", "backward", 10)
-    scan = cm.query_cost(p, "full-one-bwd", "forward", 10)
-    reexec = cm.query_cost(p, "blackbox", "backward", 10)
+    matched = cm.query_cost(p, FULL_ONE_BWD, "backward", 10)
+    scan = cm.query_cost(p, FULL_ONE_BWD, "forward", 10)
+    reexec = cm.query_cost(p, BLACKBOX, "backward", 10)
     assert matched < scan <= reexec
-    assert cm.query_cost(p, "full-one-fwd", "forward", 10) == pytest.approx(matched)
+    assert cm.query_cost(p, FULL_ONE_FWD, "forward", 10) == pytest.approx(matched)
     # a huge mismatched scan is capped by re-execution (the executor switches)
     big = profile(pairs=10**9, runtime=0.01)
-    assert cm.query_cost(big, "full-one-bwd", "forward", 10) == pytest.approx(
+    assert cm.query_cost(big, FULL_ONE_BWD, "forward", 10) == pytest.approx(
         cm.reexec_cost(big, 10))
 
 
@@ -115,20 +116,20 @@ def test_payload_strategies_answer_backward_and_scan_forward():
                     capture_task_s=0.1)
     cm = CostModel(Calibration.default(), QueryCosts(trace_factor=50.0))
     p = profile(pay=pay, supported=(Mode.FULL, Mode.PAY), runtime=10.0)
-    assert cm.query_cost(p, "pay-one-bwd", "backward", 10) < cm.query_cost(
-        p, "pay-one-bwd", "forward", 10)
-    assert cm.disk(p, "pay-many-bwd") > 0
+    assert cm.query_cost(p, PAY_ONE_BWD, "backward", 10) < cm.query_cost(
+        p, PAY_ONE_BWD, "forward", 10)
+    assert cm.disk(p, PAY_MANY_BWD) > 0
 
 
 def test_summarize_takes_the_best_strategy_per_direction():
     cm = CostModel(Calibration.default())
     p = profile(runtime=5.0)
     sizes = {"backward": [(1.0, 10)], "forward": [(1.0, 10)]}
-    one = summarize(cm, p, ["full-one-bwd"], sizes)
-    both = summarize(cm, p, ["full-one-bwd", "full-one-fwd"], sizes)
+    one = summarize(cm, p, [FULL_ONE_BWD], sizes)
+    both = summarize(cm, p, [FULL_ONE_BWD, FULL_ONE_FWD], sizes)
     assert both["q_backward"] == pytest.approx(one["q_backward"])
     assert both["q_forward"] < one["q_forward"]
-    assert both["disk"] == pytest.approx(one["disk"] + cm.disk(p, "full-one-fwd"))
+    assert both["disk"] == pytest.approx(one["disk"] + cm.disk(p, FULL_ONE_FWD))
 
 
 def test_an_operator_mapping_payloads_in_one_call_pays_one_group_not_one_per_payload():
@@ -145,7 +146,7 @@ def test_an_operator_mapping_payloads_in_one_call_pays_one_group_not_one_per_pay
                     capture_task_s=0.1)
     cm = CostModel(Calibration.default(), QueryCosts(trace_factor=1e6))
     p = profile(pay=pay, supported=(Mode.FULL, Mode.PAY), runtime=10.0)
-    per_group = cm.query_cost(p, "pay-one-bwd", "backward", 250)
-    batched = cm.query_cost(replace(p, batch_payloads=True), "pay-one-bwd", "backward", 250)
+    per_group = cm.query_cost(p, PAY_ONE_BWD, "backward", 250)
+    batched = cm.query_cost(replace(p, batch_payloads=True), PAY_ONE_BWD, "backward", 250)
     c = cm.query
     assert per_group - batched == pytest.approx(249 * c.payload_per_group)

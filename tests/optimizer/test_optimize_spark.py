@@ -19,8 +19,8 @@ from subzero.engine.catalog import Catalog
 from subzero.engine.runner import run_workflow
 from subzero.engine.runs import load_run
 from subzero.errors import SubZeroError
-from subzero.modes import Mode
-from tests.query_udfs import flare_workflow
+from subzero.modes import Mode, Strategy
+from tests.query.udfs import flare_workflow
 
 pytestmark = pytest.mark.spark
 
@@ -73,7 +73,7 @@ def test_the_statistics_pass_estimates_real_lineage_within_a_small_factor(home, 
 
             disk = sum(r["data_bytes"] + r["index_bytes"] for r in shards
                        if r["op"] == op and r["strategy"] == strategy)
-            pred = CostModel().disk(prof[op], strategy)
+            pred = CostModel().disk(prof[op], Strategy.parse(strategy))
             assert disk / 2 <= pred <= disk * 2, (op, pred, disk)
     # the 3x3 stencil reads about 9 cells per output cell, the subtraction 2
     assert prof["smooth"].modes[Mode.FULL].fanin == pytest.approx(9, rel=0.1)
