@@ -221,8 +221,8 @@ class Reduce(MappingOperator):
         # the reduced block is the chunk (size 1 on reduced axes: broadcast to the chunk)
         r = reduce(x, self.func, self._axes, self.keepdims,
                    None if self.dtype is None else self.out_dtype)
-        # broadcast: a read-only view, which the writer copies a chunk at a time (a global
-        # mean at 64x would otherwise fill 525 MB of fresh memory before writing any)
+        # broadcast: a read-only view, which the writer copies a chunk at a time, so a
+        # global mean of a large array never fills a whole array of fresh memory first
         return np.broadcast_to(r, ctx.chunk.out_box.shape) if self.broadcast else r
 
     # -- a global reduction from its input's chunks ----------------------------------------

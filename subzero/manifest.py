@@ -47,7 +47,9 @@ import io
 import json
 import math
 import os
+import sys
 from pathlib import Path
+from types import FunctionType, ModuleType
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
@@ -380,15 +382,56 @@ def _check_rebuilt(name: str, op: Any, cls_path: str) -> None:
 
 def _operator_modules(op: Any) -> list[str]:
     """The modules whose code an operator runs: its class's and its base classes' (but
-    SubZero's own and the built-ins')."""
-    out = []
+    SubZero's own and the built-ins'), and the helper modules they import from their own
+    package or from files outside any installed distribution (a workflow's kernels module),
+    so that a change to a helper is seen like a change to the class."""
+    out: list[str] = []
     for cls in type(op).__mro__:
         m = cls.__module__
         if m in ("builtins", "abc") or m.split(".")[0] in ENGINE_PACKAGES:
             continue
         if m not in out:
             out.append(m)
+    tops = {m.split(".")[0] for m in out}
+    todo = list(out)
+    while todo:
+        for m in _imported(todo.pop()):
+            if m not in out and _helper(m, tops):
+                out.append(m)
+                todo.append(m)
     return out
+
+
+#: SubZero's own packages below the operators, never a workflow's helper
+_SUBZERO_LIBRARIES = ("encoders", "optimizer")
+
+
+def _imported(module: str) -> set[str]:
+    """The modules ``module`` uses by name: imported modules and the modules of the
+    functions and classes it imports."""
+    mod = sys.modules.get(module)
+    got: set[str] = set()
+    for v in vars(mod).values() if mod is not None else ():
+        if isinstance(v, ModuleType):
+            got.add(v.__name__)
+        elif isinstance(v, (type, FunctionType)) and isinstance(v.__module__, str):
+            got.add(v.__module__)
+    got.discard(module)
+    return got
+
+
+def _helper(module: str, tops: set[str]) -> bool:
+    """Whether ``module`` is user code an operator's module relies on: in the same top-level
+    package, or a file on the import path that no installed distribution provides."""
+    top = module.split(".")[0]
+    if (top in ENGINE_PACKAGES or top in _SUBZERO_LIBRARIES or top in sys.stdlib_module_names
+            or module == "__main__"):
+        return False
+    if top in tops:
+        return True
+    path = getattr(sys.modules.get(module), "__file__", None)
+    return (path is not None and path.endswith(".py")
+            and not any(p in ("site-packages", "dist-packages") for p in Path(path).parts))
 
 
 def workflow_manifest(wf: Any, source: Mapping[str, Any] | None = None,

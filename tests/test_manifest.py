@@ -6,6 +6,8 @@ import functools
 import io
 import json
 import math
+import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -165,3 +167,34 @@ def test_locate_finds_a_module_without_importing_it():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd="/", env=env, check=True).stdout.split()
     assert out[0].endswith("workflows/genomics_udfs.py") and out[1:] == ["False", "False"]
+
+
+def test_an_operators_helper_modules_are_recorded(tmp_path, monkeypatch):
+    """A change to a helper module an operator's module imports (its kernels, from the same
+    package or a file no distribution holds) is a change to the operator's code."""
+    from subzero.manifest import _operator_modules
+
+    pkg = tmp_path / "labpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "kernels.py").write_text("def smooth(x):\n    return x\n")
+    (tmp_path / "loosehelper.py").write_text("SCALE = 2\n")
+    (pkg / "ops.py").write_text(textwrap.dedent("""
+        import numpy as np
+        import loosehelper
+        from labpkg.kernels import smooth
+        from operators.elementwise import Unary
+
+
+        class Smooth(Unary):
+            pass
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import labpkg.ops
+
+    got = _operator_modules(labpkg.ops.Smooth("negative"))
+    assert got[0] == "labpkg.ops"
+    assert {"labpkg.kernels", "loosehelper", "operators.elementwise"} <= set(got)
+    assert not {"numpy", "subzero", "encoders"} & {m.split(".")[0] for m in got}
+    for m in ("labpkg", "labpkg.ops", "labpkg.kernels", "loosehelper"):
+        sys.modules.pop(m, None)

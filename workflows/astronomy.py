@@ -55,8 +55,8 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from operators import Binary, Cast, Copy, MaskReplace, MeanBroadcast, Reduce, Subarray
+from subzero import settings
 from subzero.cells import Box, to_coords
-from subzero.engine.arrays import direct_files
 from subzero.errors import WorkflowError
 from subzero.workflow import NamedQuery, Workflow, parse_shape_param
 from workflows.astro_data import (EXPOSURE_FILES, EXPOSURE_SHAPE, SKY, ExposureField,
@@ -74,11 +74,21 @@ MAX_CCDS = 1024
 #: The visit's constant frames, shared by all CCDs: (name, dtype, value).
 AUXILIARY = (("satmask", "uint8", 0), ("biasmask", "float32", 0.0),
              ("darkmask", "float32", 0.0), ("flatmask", "float32", 1.0))
-#: Cells read at a time when a query or the summary scans an array (bounded memory).
-SCAN_CELLS = 1 << 22
-#: :func:`_pick` keeps the cells it finds in its first pass up to this many (32 MB of
-#: indices), and reads the blocks of the chosen ones again beyond
-KEEP_HITS = 1 << 22
+#: Cells read at a time when a query or the summary scans an array: a block's memory is
+#: bounded, and each block is large enough that reading it costs more than the call.
+SCAN_CELLS = settings.define(
+    "ASTRONOMY_SCAN_CELLS", 1 << 22, int,
+    "Cells the astronomy workflow reads at a time when its summary or a named query scans "
+    "an array (whole stored chunks at least); larger blocks take more memory.",
+    module=__name__)
+#: :func:`_pick` keeps the cells it finds in its first pass up to this many (as int64
+#: indices), and reads the blocks of the chosen ones again beyond: memory stays bounded
+KEEP_HITS = settings.define(
+    "ASTRONOMY_KEEP_HITS", 1 << 22, int,
+    "Cells the astronomy workflow's named queries keep in memory while they choose their "
+    "start cells in one pass over an array; beyond, they read the chosen cells' blocks "
+    "again.",
+    module=__name__)
 
 # the calibration chain of one exposure, in order: (name, operator factory, extra inputs)
 _CHAIN = [
@@ -304,35 +314,22 @@ def _row_blocks(run: Any, name: str, only: set[int] | None = None
     :data:`SCAN_CELLS` cells each, whole stored chunks), with each block's first row; the
     whole array at once when the run has no stored array to read (a stand-in). ``only``:
     the blocks (their places in that sequence) to read; the others are skipped unread."""
-    loaded = getattr(run, "loaded", run)
-    if not hasattr(loaded, "array_path"):
+    loaded = getattr(run, "loaded", run)  # the API's Run holds the run it reads
+    if not hasattr(loaded, "read_rows"):
         if only is None or 0 in only:
             yield 0, np.asarray(run.array(name))
         return
-    path = loaded.array_path(name)
-    files = direct_files(path)  # numeric chunks decoded directly (None: through zarr)
-    if files is None:
-        import zarr  # zarr only once an array is read (slow to import)
-
-        arr = zarr.open_array(str(path), mode="r")
-        shape, chunks = arr.shape, arr.chunks
-    else:
-        shape, chunks = files.shape, files.chunks
+    shape = loaded.shape(name)
     if len(shape) == 0 or shape[0] == 0:
         if only is None or 0 in only:
-            yield 0, np.asarray(arr[...]) if files is None else files.read_box(
-                Box.full(shape))
+            yield 0, loaded.read_box(name)
         return
     per_row = max(1, int(np.prod(shape[1:])))
-    chunk = max(1, int(chunks[0]))
+    chunk = max(1, int(loaded.chunks(name)[0]))
     rows = max(chunk, SCAN_CELLS // per_row // chunk * chunk)
     for i, r in enumerate(range(0, shape[0], rows)):
         if only is None or i in only:
-            if files is None:
-                yield r, np.asarray(arr[r:r + rows])
-            else:
-                end = min(r + rows, shape[0])
-                yield r, files.read_box(Box((r, *(0,) * (len(shape) - 1)), (end, *shape[1:])))
+            yield r, loaded.read_rows(name, r, r + rows)
 
 
 def _count(run: Any, name: str) -> int:

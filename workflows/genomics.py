@@ -38,8 +38,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from operators import Classify, Logistic, Reduce, Subarray, Transpose
+from subzero import settings
 from subzero.cells import Box
-from subzero.engine.capacity import physical_memory
 from subzero.errors import WorkflowError
 from subzero.modes import (BLACKBOX, FULL_MANY_BWD, FULL_ONE_BWD, FULL_ONE_FWD, PAY_MANY_BWD,
                            PAY_ONE_BWD)
@@ -62,10 +62,24 @@ QUERY_SEED = 11
 CELL_BYTES = 64
 
 
+def _table_memory() -> int:
+    """half of this machine's memory (of 16 GiB when it is unknown)"""
+    return (settings.memory() or 1 << 34) // 2
+
+
+#: the memory the driver may give the table while it builds it: the rest is the JVM's,
+#: Spark's and the run's own
+TABLE_MEMORY = settings.define(
+    "GENOMICS_TABLE_MEMORY", _table_memory, settings.size,
+    "Memory the genomics workflow's table may take in the driver while it is built; a "
+    "scale whose table would not fit is refused.",
+    module=__name__)
+
+
 def check_scale(scale: int, rows: int, patients: int) -> None:
     """Refuse a ``scale`` whose table (``rows`` x (4 + ``patients`` x scale) cells) cannot
-    fit in half of this machine's memory, naming the largest that can."""
-    limit = (physical_memory() or 1 << 34) // 2  # 16 GiB assumed when unknown
+    fit in :data:`TABLE_MEMORY`, naming the largest that can."""
+    limit = TABLE_MEMORY
     need = rows * (N_DESCRIPTION + patients * scale) * CELL_BYTES
     if need > limit:
         most = max(1, (limit // (rows * CELL_BYTES) - N_DESCRIPTION) // max(1, patients))

@@ -12,9 +12,10 @@ from typing import Any, Mapping
 import numpy as np
 
 from subzero.engine import layout
-from subzero.engine.arrays import read_array
+from subzero.engine.arrays import read_array, read_box
 from subzero.engine.catalog import Catalog
 from subzero import manifest
+from subzero.cells import Box
 from subzero.codeid import CodeGate
 from subzero.errors import CatalogError, CodeError, DamagedError, StoreError, WorkflowError
 from subzero.modes import Strategy
@@ -36,7 +37,7 @@ class LoadedRun:
     requested: str | None = None
     #: what readers worked out once about this run's arrays, which never change once the
     #: run is complete (a replay's: each array's directory, links resolved, and its
-    #: :class:`~subzero.engine.arrays.ChunkFiles`), by (kind, array)
+    #: :class:`~subzero.engine.chunkstore.ChunkFiles`), by (kind, array)
     memo: dict[tuple[str, str], Any] = field(default_factory=dict, repr=False, compare=False)
     #: operators whose code cannot be used here, with the reason (they stand in as
     #: :class:`~subzero.manifest.Unavailable`: stored lineage answers, their code does not)
@@ -58,6 +59,68 @@ class LoadedRun:
     def array(self, name: str) -> np.ndarray:
         """The whole array ``name`` of this run, as numpy."""
         return read_array(self.array_path(name))
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """The shape of array ``name`` of this run.
+
+        Raises
+        ------
+        StoreError
+            The run has no array ``name``.
+        """
+        self.array_path(name)
+        return tuple(int(n) for n in self.arrays[name]["shape"])
+
+    def read_box(self, name: str, box: Box | None = None) -> np.ndarray:
+        """The cells ``box`` of array ``name`` of this run (the whole array when None).
+
+        A numeric array is decoded from its chunk files directly, other arrays through
+        zarr; a chunk missing or damaged is an error, never fill values in its place.
+
+        Parameters
+        ----------
+        name
+            The array (an input's or an operator's name).
+        box
+            The cells to read, inside the array's shape.
+
+        Returns
+        -------
+        np.ndarray
+            The cells, of ``box``'s shape.
+
+        Raises
+        ------
+        StoreError
+            The run has no array ``name``, or ``box`` is not inside it.
+        DamagedError
+            A chunk holding the cells is missing or damaged.
+        """
+        path = self.array_path(name)
+        return read_array(path) if box is None else read_box(path, box)
+
+    def read_rows(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Rows ``start`` to ``stop`` (exclusive, clipped to the array) of array ``name``,
+        whole along the other axes: :meth:`read_box` of those rows.
+
+        Parameters
+        ----------
+        name
+            The array.
+        start, stop
+            The rows (along the first axis).
+
+        Returns
+        -------
+        np.ndarray
+            The rows; the whole array for a 0-d one.
+        """
+        shape = self.shape(name)
+        if not shape:
+            return self.read_box(name, Box.full(shape))
+        lo = min(max(int(start), 0), shape[0])
+        hi = min(max(int(stop), lo), shape[0])
+        return self.read_box(name, Box((lo, *(0,) * (len(shape) - 1)), (hi, *shape[1:])))
 
     def op(self, name: str) -> Operator:
         if name not in self.workflow.ops:

@@ -16,10 +16,11 @@ from subzero.testing import (assert_sound_by_perturbation, bind, brute_forward, 
 from workflows.astro_data import (CRTEST_FILE, EXPOSURE_FILES, SKY, generate_scene,
                                   load_exposure, load_fits, subtract_background)
 from tests.conftest import SHARED_DATA
-from workflows import astro_udfs
+from workflows import astro_kernels
+from workflows.astro_kernels import (_reach, _window_median, labelled_pixels, laplacian_plus,
+                                     window_indices)
 from workflows.astro_udfs import (CR_RADIUS, SP_RADIUS, CosmicRayDetect, CosmicRayRemove,
-                                  TAG_CELLS, StarDetect, _laplacian_plus, _reach,
-                                  _labelled, _window_median, _windows, astronomy_udfs,
+                                  TAG_CELLS, StarDetect, astronomy_udfs,
                                   cr_cell_masks, cr_paths,
                                   decode_star, default_gate, lacosmic,
                                   detect_cosmic_rays, encode_stars, label_stars,
@@ -71,7 +72,7 @@ def test_laplacian_plus_equals_the_upsampling_recipe():
     lap = np.array([[0.0, -1.0, 0.0], [-1.0, 4.0, -1.0], [0.0, -1.0, 0.0]])
     conv = np.clip(ndimage.convolve(up, lap, mode="reflect"), 0.0, None)
     want = conv.reshape(h, 2, w, 2).mean(axis=(1, 3))
-    got = _laplacian_plus(x, np.arange(x.size)).reshape(x.shape)
+    got = laplacian_plus(x, np.arange(x.size)).reshape(x.shape)
     assert np.allclose(got, want, rtol=1e-12, atol=1e-9)
 
 
@@ -87,7 +88,7 @@ def test_window_medians_and_reach_equal_scipy_and_the_reflected_windows(shape, r
     centres = np.sort(rng.choice(x.size, size=max(1, x.size // 3), replace=False))
     want = ndimage.median_filter(x, 2 * radius + 1, mode="mirror").reshape(-1)[centres]
     assert np.array_equal(_window_median(x.reshape(-1), centres, shape, radius), want)
-    win, _ = _windows(centres, shape, radius, "mirror")
+    win, _ = window_indices(centres, shape, radius, "mirror")
     assert np.array_equal(_reach(centres, shape, radius), np.unique(win))
 
 
@@ -278,7 +279,7 @@ def test_star_labels_are_true_components_with_positional_ids(seed, h, w):
 
 
 def _brute_labelled(x, thr):
-    """What _labelled returns, from a flood fill: the label image (a star's label its
+    """What labelled_pixels returns, from a flood fill: the label image (a star's label its
     smallest linear index + 1), the star pixels ascending and each one's label."""
     out = np.zeros(x.shape, dtype=np.int64)
     for comp in brute_components(x, thr):
@@ -303,8 +304,8 @@ def test_star_labels_in_bands_of_rows_are_the_same_labels(seed, h, w, thr, bands
     same three arrays as the flood fill (and so as one band), whatever the bands."""
     x = np.random.default_rng(seed).uniform(0, 1, (h, w))
     want = _brute_labelled(x, thr)
-    _same_labelled(_labelled(x, thr, bands=bands), want)
-    _same_labelled(_labelled(x, thr, bands=1), want)
+    _same_labelled(labelled_pixels(x, thr, bands=bands), want)
+    _same_labelled(labelled_pixels(x, thr, bands=1), want)
 
 
 @settings(max_examples=80, deadline=None)
@@ -324,7 +325,7 @@ def test_roots_give_each_node_the_smallest_node_of_its_component(n, pairs):
     for u, v in edges:
         ru, rv = find(u), find(v)
         parent[max(ru, rv)] = min(ru, rv)
-    assert astro_udfs._roots(n, a, b).tolist() == [find(i) for i in range(n)]
+    assert astro_kernels._roots(n, a, b).tolist() == [find(i) for i in range(n)]
 
 
 @pytest.mark.parametrize("shape", [
@@ -345,15 +346,15 @@ def test_stars_that_cross_seams_are_one_star(shape):
     want = _brute_labelled(x, 100.0)
     assert len(np.unique(want[0][want[0] > 0])) == 1  # one star
     for bands in (2, 3, 6):  # a seam after every row with 6
-        _same_labelled(_labelled(x, 100.0, bands=bands), want)
+        _same_labelled(labelled_pixels(x, 100.0, bands=bands), want)
 
 
 def test_star_labels_asked_in_bands_of_an_image_that_has_none():
     """Bands asked of a 1-d array or a one-row image: labelled in one."""
     for x in (np.array([0.0, 500.0, 500.0, 0.0, 500.0]),
               np.array([[0.0, 500.0, 0.0, 500.0]])):
-        want = _labelled(x, 100.0, bands=1)
-        _same_labelled(_labelled(x, 100.0, bands=3), want)
+        want = labelled_pixels(x, 100.0, bands=1)
+        _same_labelled(labelled_pixels(x, 100.0, bands=3), want)
 
 
 def test_star_labels_in_bands_with_no_star_or_every_pixel_a_star():
@@ -361,7 +362,7 @@ def test_star_labels_in_bands_with_no_star_or_every_pixel_a_star():
         x = np.full((7, 4), fill)
         want = _brute_labelled(x, 100.0)
         for bands in (2, 4, 7, 9):  # more bands than rows: one band per row
-            _same_labelled(_labelled(x, 100.0, bands=bands), want)
+            _same_labelled(labelled_pixels(x, 100.0, bands=bands), want)
 
 
 def test_star_labels_in_bands_on_a_large_field_and_a_real_exposure():
@@ -373,25 +374,25 @@ def test_star_labels_in_bands_on_a_large_field_and_a_real_exposure():
     if (SHARED_DATA / EXPOSURE_FILES[0]).exists():  # the generated field runs anyway
         images.append(subtract_background(load_exposure(SHARED_DATA / EXPOSURE_FILES[0])))
     for x in images:
-        one = _labelled(x, 100.0, bands=1)
+        one = labelled_pixels(x, 100.0, bands=1)
         assert len(np.unique(one[2])) > 20
         for bands in (2, 3, 4):
-            _same_labelled(_labelled(x, 100.0, bands=bands), one)
+            _same_labelled(labelled_pixels(x, 100.0, bands=bands), one)
 
 
 def test_large_images_are_labelled_in_bands(monkeypatch):
     """label_stars splits a 2-d image of LABEL_BAND_CELLS cells or more into bands (one per
     core, at most LABEL_MAX_BANDS), never a smaller one or one of other dimensions."""
-    assert astro_udfs._label_bands(np.zeros((4, 5))) == 1
-    assert astro_udfs._label_bands(np.zeros((2,) * 3)) == 1
-    monkeypatch.setattr(astro_udfs, "LABEL_BAND_CELLS", 20)
-    monkeypatch.setattr(astro_udfs.os, "sched_getaffinity", lambda pid: {0, 1, 2})
-    assert astro_udfs._label_bands(np.zeros((4, 5))) == 2  # two rows a band at least
-    assert astro_udfs._label_bands(np.zeros((40, 5))) == 3
-    assert astro_udfs._label_bands(np.zeros((2, 2, 5))) == 1
+    assert astro_kernels._label_bands(np.zeros((4, 5))) == 1
+    assert astro_kernels._label_bands(np.zeros((2,) * 3)) == 1
+    monkeypatch.setattr(astro_kernels, "LABEL_BAND_CELLS", 20)
+    monkeypatch.setattr(astro_kernels.settings, "cores", lambda: 3)
+    assert astro_kernels._label_bands(np.zeros((4, 5))) == 2  # two rows a band at least
+    assert astro_kernels._label_bands(np.zeros((40, 5))) == 3
+    assert astro_kernels._label_bands(np.zeros((2, 2, 5))) == 1
     split = []
-    real = astro_udfs._labelled_in_bands
-    monkeypatch.setattr(astro_udfs, "_labelled_in_bands",
+    real = astro_kernels._labelled_in_bands
+    monkeypatch.setattr(astro_kernels, "_labelled_in_bands",
                         lambda x, thr, bands: split.append(bands) or real(x, thr, bands))
     assert np.array_equal(label_stars(SUM, 100.0), _brute_labelled(SUM, 100.0)[0])
     assert split == [3]
@@ -876,7 +877,7 @@ def test_first_step_is_the_nearest_neighbour_that_holds(seed):
     """Per cell, the first of the 3x3 steps (itself, the sides, the diagonals) inside the
     image where the mask holds (or the values are above a limit), as a scan finds it;
     every cell of small images, borders and corners included."""
-    from workflows.astro_udfs import _STEPS, _first_step
+    from workflows.astro_payloads import _STEPS, _first_step
 
     rng = np.random.default_rng(seed)
     for _ in range(40):

@@ -264,28 +264,30 @@ def test_two_ccds_run_and_answer_the_second_ccds_queries(spark, tmp_path):
                     f"exp2; stars: {stars:,} detected")
 
 
-class Stored(Arrays):
-    """A stand-in for a finished run whose arrays are zarr arrays on disk."""
+def stored_run(wf, arrays, root, chunk_rows, ours=False):
+    """A finished run (:class:`subzero.engine.runs.LoadedRun`) of workflow ``wf`` whose
+    arrays are zarr arrays on disk, which the workflow reads through the run's public
+    reading methods. ``ours``: arrays as a run stores them (Blosc, read chunk by chunk
+    without zarr); else zarr's default codecs (read through zarr)."""
+    import zarr
 
-    def __init__(self, wf, arrays, root, chunk_rows, ours=False):
-        """``ours``: arrays as a run stores them (Blosc, read chunk by chunk without zarr,
-        :class:`subzero.engine.arrays.ChunkFiles`); else zarr's default codecs."""
-        import zarr
+    from subzero.engine import layout
+    from subzero.engine.arrays import create_array, open_array
+    from subzero.engine.runs import LoadedRun
 
-        from subzero.engine.arrays import create_array, open_array
-
-        super().__init__(wf, arrays)
-        self.root = root
-        for name, a in arrays.items():
-            if ours:
-                create_array(root / name, a.shape, a.dtype, (chunk_rows, a.shape[1]))
-                open_array(root / name, "r+")[...] = a  # every chunk, as a run writes
-            else:
-                zarr.create_array(store=str(root / name), shape=a.shape, dtype=a.dtype,
-                                  chunks=(chunk_rows, a.shape[1]))[...] = a
-
-    def array_path(self, name):
-        return self.root / name
+    run = LoadedRun(root, "r1", {"id": "r1"}, wf, {}, {})
+    for name, a in arrays.items():
+        path = layout.array_path(root, run.id, name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        chunks = (chunk_rows, a.shape[1])
+        if ours:
+            create_array(path, a.shape, a.dtype, chunks)
+            open_array(path, "r+")[...] = a  # every chunk, as a run writes
+        else:
+            zarr.create_array(store=str(path), shape=a.shape, dtype=a.dtype,
+                              chunks=chunks)[...] = a
+        run.arrays[name] = {"shape": a.shape, "chunks": chunks}
+    return run
 
 
 @pytest.mark.parametrize("scan_cells,keep_hits,ours", [
@@ -305,7 +307,7 @@ def test_query_cells_and_summary_read_row_blocks_like_the_whole_array(
         arrays[f"c{k}.clust"] = (rng.random((64, 48)) < 0.05) * rng.integers(1, 30, (64, 48))
         for name in ("maskexp", "cr1", "cr2"):
             arrays[f"c{k}.{name}"] = rng.random((64, 48)) < 0.02
-    stored = Stored(wf, arrays, tmp_path, chunk_rows=7, ours=ours)
+    stored = stored_run(wf, arrays, tmp_path, chunk_rows=7, ours=ours)
     whole = Arrays(wf, arrays)
     for q, source, seed in (("c1.BQ0", "c1.maskexp", 7), ("c2.BQ2", "c2.maskexp", 7),
                             ("c1.BQ3", "c1.clust", 8), ("c2.BQ1", "c2.clust", 8)):
@@ -329,7 +331,7 @@ def test_queries_starting_from_the_same_cells_scan_the_array_once(tmp_path, monk
     rng = np.random.default_rng(4)
     arrays = {"clust": (rng.random((64, 48)) < 0.05) * rng.integers(1, 30, (64, 48)),
               "maskexp": rng.random((64, 48)) < 0.02}
-    stored = Stored(wf, arrays, tmp_path, chunk_rows=7, ours=True)
+    stored = stored_run(wf, arrays, tmp_path, chunk_rows=7, ours=True)
     scans = []
     real = astronomy._row_blocks
 
@@ -344,3 +346,22 @@ def test_queries_starting_from_the_same_cells_scan_the_array_once(tmp_path, monk
     got["BQ1"][0, 0] = -1  # a caller's copy: the remembered cells stay as chosen
     assert np.array_equal(wf.queries["BQ3"].cells(stored),
                           wf.queries["BQ3"].cells(Arrays(wf, arrays)))
+
+
+@pytest.mark.parametrize("ours", [True, False])
+def test_a_run_reads_row_ranges_and_boxes_of_its_arrays(tmp_path, ours):
+    """The reading methods the workflow scans arrays with: rows clipped to the array,
+    boxes, the whole array, and a clear error for an array the run does not have."""
+    from subzero.errors import StoreError
+
+    wf = astronomy.build(shape="64x48")
+    a = np.arange(20 * 6, dtype=np.int64).reshape(20, 6)
+    run = stored_run(wf, {"clust": a}, tmp_path, chunk_rows=7, ours=ours)
+    assert run.shape("clust") == (20, 6)
+    assert np.array_equal(run.read_rows("clust", 5, 9), a[5:9])
+    assert np.array_equal(run.read_rows("clust", 14, 100), a[14:])
+    assert run.read_rows("clust", 30, 40).shape == (0, 6)
+    assert np.array_equal(run.read_box("clust", Box((1, 2), (3, 5))), a[1:3, 2:5])
+    assert np.array_equal(run.read_box("clust"), a)
+    with pytest.raises(StoreError, match="nope"):
+        run.read_rows("nope", 0, 1)

@@ -96,7 +96,7 @@ def test_the_checker_reads_payloads_with_the_batch_form_queries_use():
 def test_box_union_is_every_box_painted(centres, radius):
     """The union of a path's boxes, drawn an axis at a time: every box painted on a mask,
     centres inside, on and beyond the border."""
-    from workflows.astro_udfs import _box_union
+    from workflows.astro_payloads import _box_union
 
     at = np.array(centres, dtype=np.int64).reshape(-1, 2)
     mask = np.zeros(SHAPE, dtype=bool)
