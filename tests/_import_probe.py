@@ -1,2 +1,2 @@
-"""A module only ``tests/test_placement.py`` imports, through an operator's ``imports``: the
+"""A module only ``tests/engine/test_placement.py`` imports, through an operator's ``imports``: the
 test checks it is imported before the operator's first task runs."""

@@ -265,7 +265,7 @@ CASES = [
      "radius 100000000 on axis 0 of an input of shape (24, 20); expected a radius of at "
      "most 24"),
     (["check-lineage", "MedianFilter", "--param", "radius=[1, 21]"], 2, "at most 20"),
-    (["check-lineage", "tests.test_bad_inputs:Greedy", "--param", "scratch=100000"], 2,
+    (["check-lineage", "tests.cli.test_bad_inputs:Greedy", "--param", "scratch=100000"], 2,
      "scratch=100000 ran out of memory"),
     (["check-lineage", "MedianFilter", "--param", "radius=" + "[" * 5000 + "]" * 5000], 2,
      "--param radius"),
@@ -535,7 +535,7 @@ def test_read_only_home_or_output_is_one_line(argv, word, corpus, capsys, monkey
 ])
 def test_reading_commands_answer_on_a_read_only_home(argv, corpus, capsys, monkeypatch,
                                                      tmp_path):
-    """A home this user cannot write (made read-only here; tests/test_readers_never_write.py
+    """A home this user cannot write (made read-only here; tests/engine/test_readers_never_write.py
     mounts one read-only) answers every reading command."""
     got, out = _run_read_only(argv, corpus, capsys, monkeypatch, tmp_path)
     assert got == 0, out.err

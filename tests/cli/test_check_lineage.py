@@ -148,7 +148,7 @@ def test_a_broken_lineage_function_is_bad_input_naming_it(cls, named, capsys, tm
     """A user's lineage function that raises or answers the wrong shape is exit 2 naming
     the operator and the function, not an internal error (nor exit 1, which is unsound)."""
     np.save(tmp_path / "x.npy", np.ones((4, 4)))
-    code = main(["check-lineage", f"tests.test_check_lineage:{cls}", "--input",
+    code = main(["check-lineage", f"tests.cli.test_check_lineage:{cls}", "--input",
                  str(tmp_path / "x.npy")])
     err = capsys.readouterr().err.strip()
     assert code == 2, err
@@ -244,7 +244,7 @@ def test_a_lie_triggered_by_a_rare_input_value_is_found_with_the_defaults():
 
 def test_an_operator_failing_on_its_own_inputs_is_named(capsys, tmp_path):
     np.save(tmp_path / "x.npy", np.zeros((4, 4)))
-    code = main(["check-lineage", "tests.test_check_lineage:AlwaysFails", "--input",
+    code = main(["check-lineage", "tests.cli.test_check_lineage:AlwaysFails", "--input",
                  str(tmp_path / "x.npy")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1
@@ -297,12 +297,12 @@ def test_a_too_small_lineage_is_unsound_with_a_minimal_example():
 
 def test_cli_exits_1_when_unsound_and_names_the_cells(capsys, tmp_path):
     np.save(tmp_path / "x.npy", np.random.default_rng(1).normal(size=(8, 8)))
-    code = main(["check-lineage", "tests.test_check_lineage:TooSmallBlur", "--input",
+    code = main(["check-lineage", "tests.cli.test_check_lineage:TooSmallBlur", "--input",
                  str(tmp_path / "x.npy"), "--samples", "6"])
     out = capsys.readouterr().out
     assert code == 1
     assert "MAP" in out and "NO" in out and "unsound [" in out and "outside its lineage" in out
-    code = main(["check-lineage", "tests.test_check_lineage:TooSmallBlur", "--input",
+    code = main(["check-lineage", "tests.cli.test_check_lineage:TooSmallBlur", "--input",
                  str(tmp_path / "x.npy"), "--samples", "6", "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert code == 1 and doc["sound"] is False

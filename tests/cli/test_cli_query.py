@@ -16,7 +16,7 @@ from subzero.query.paths import parse_path
 from subzero.cli.render import cells_phrase, draw_mask, inputs_origin, lineage_legend
 from subzero.errors import QueryError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_parse_path_reads_operator_and_input_index():

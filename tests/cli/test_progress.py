@@ -8,15 +8,17 @@ import pytest
 
 import workflows
 from subzero.api import Home
+from subzero import display
+from subzero.display import Lines, RunDisplay
 from subzero.engine import runner, spark as engine_spark
-from subzero.engine.runner import _Lines, _say_inputs, _say_stores_nothing
+from subzero.engine.runner import _say_inputs, _say_stores_nothing
 from subzero.errors import SparkError
 from tests.conftest import run_cli
 
 
 def test_line_progress_says_how_many_operators_are_done():
     said = []
-    bar = _Lines(3, said.append, every=0.0)
+    bar = Lines(3, said.append, every=0.0)
     for name in ("a", "b", "c"):
         bar.set_description(name)
         bar.update(1)
@@ -25,9 +27,22 @@ def test_line_progress_says_how_many_operators_are_done():
     assert said[0].startswith("1/3 operators done (a; ") and said[1].startswith("2/3")
     assert len(said) == 2
     quiet = []
-    slow = _Lines(3, quiet.append, every=3600.0)
+    slow = Lines(3, quiet.append, every=3600.0)
     slow.update(1)
     assert quiet == []
+
+
+def test_the_display_draws_what_the_runner_reports(monkeypatch):
+    monkeypatch.setattr(display, "PROGRESS_EVERY_S", 0.0)
+    said = []
+    with RunDisplay(said.append) as shown:
+        shown.notify("input x: generated")
+        for done, name in enumerate(("", "a", "b", "c")):
+            shown.progress(name, done, 3)
+    assert said[0] == "input x: generated"
+    assert [line.split(" (")[0] for line in said[1:]] == ["1/3 operators done",
+                                                          "2/3 operators done"]
+    assert said[1].startswith("1/3 operators done (a; ")
 
 
 def test_inputs_are_said_one_line_each_and_constants_in_one():
@@ -95,7 +110,7 @@ def test_cli_run_talks_on_stderr_and_keeps_json_stdout_clean(tmp_path):
 
 @pytest.mark.spark
 def test_python_api_run_talks_unless_quiet(spark, home, capsys, monkeypatch):
-    monkeypatch.setattr(runner, "PROGRESS_EVERY_S", 0.0)
+    monkeypatch.setattr(display, "PROGRESS_EVERY_S", 0.0)
     Home(home).run("example", strategy="full-one", shape="40x30", chunks="2")
     out, err = capsys.readouterr()
     assert out == ""

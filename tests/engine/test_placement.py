@@ -332,7 +332,7 @@ from subzero.chunking import Chunking
 from subzero.workflow import Workflow
 from subzero.api import Run
 from subzero.engine.runs import load_run
-from tests.test_placement import _HeapProbe, _mapped_by
+from tests.engine.test_placement import _HeapProbe, _mapped_by
 home = tempfile.mkdtemp()
 wf = Workflow('heap')
 wf.input('a', (2, 2), source=lambda: np.zeros((2, 2)))

@@ -19,7 +19,7 @@ from subzero.cli import main
 from subzero.engine.runner import run_workflow
 from subzero.engine.verify import verify_run
 from tests.conftest import ROOT, run_cli
-from tests.query_udfs import flare_workflow
+from tests.query.udfs import flare_workflow
 from workflows import astronomy
 
 #: every encoding, both directions, payloads and composite lineage

@@ -319,7 +319,7 @@ def test_keep_worker_memory_is_glibcs_mallopt_and_can_be_turned_off(monkeypatch)
     assert keep_worker_memory() is False
     code = ("from subzero.engine.heap import keep_worker_memory as k; import sys;"
             "sys.path.insert(0, '.');"
-            "from tests.test_spark_master import _large_block_mapping as m;"
+            "from tests.engine.test_spark_master import _large_block_mapping as m;"
             "print(m(0)); print(k()); print(m(0))")
     env = {k: v for k, v in os.environ.items() if k != "SUBZERO_WORKER_MALLOC"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

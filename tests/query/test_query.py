@@ -14,7 +14,7 @@ from subzero.errors import CellError, QueryError
 from subzero.frontier import frontier
 from subzero.query import QueryExecutor
 from subzero.testing import assert_sound_by_perturbation
-from tests.query_udfs import flare_workflow
+from tests.query.udfs import flare_workflow
 from workflows import example
 
 pytestmark = pytest.mark.spark

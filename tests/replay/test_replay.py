@@ -22,10 +22,10 @@ from subzero.api import Home
 from subzero.chunking import Chunking
 from subzero.cli.main import main
 from subzero.engine.catalog import Catalog
-from subzero.engine.replay import differs, replay_values
 from subzero.engine.runner import run_workflow
 from subzero.errors import ReplayError
 from subzero.frontier import start_frontier
+from subzero.replay import differs, replay_values
 from subzero.workflow import Workflow
 from tests.conftest import ROOT
 
@@ -413,7 +413,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(parents, capsys, tmp_path):
 
 _KILLED = """
 import sys, time
-import subzero.engine.replay as rp
+import subzero.replay.runner as rp
 from subzero.api import Home
 
 real = rp._recompute
@@ -455,7 +455,7 @@ def test_a_killed_replay_leaves_the_parent_untouched_and_the_derived_run_failed(
 
 @pytest.mark.slow
 def test_a_replay_that_fails_marks_the_derived_run_failed(parents, monkeypatch):
-    import subzero.engine.replay as rp
+    import subzero.replay.runner as rp
 
     run = parents("example")
     before = _digest(run.home / "runs" / run.id)
@@ -481,7 +481,7 @@ def test_replay_on_spark_equals_replay_on_the_driver(parents, monkeypatch):
     """Tiles recomputed as Spark tasks (they write their blocks themselves) give the same
     derived run as tiles recomputed here (blocks passed in memory, written in the
     background, an operator's tiles on two threads at once)."""
-    import subzero.engine.replay as rp
+    import subzero.replay.runner as rp
 
     monkeypatch.setattr(rp, "COMPUTE", 2)  # every operator with 2+ tiles on threads
     monkeypatch.setattr(rp, "THREAD_CELLS", 1)
@@ -568,15 +568,15 @@ def test_a_replay_holding_no_chunk_or_reading_through_zarr_gives_the_same_run(
     """A replay that holds no decoded chunk (every read decodes again), or that reads and
     writes every array through zarr (arrays its chunk files cannot handle): the same
     derived run as the default."""
-    import subzero.engine.replay as rp
+    from subzero.engine import cowstore
 
     run = parents("example")
     box = Box((36, 44), (44, 52))
     held = run.replay("image", box, value=0, quiet=True)
     if lean_by == "no chunk held":
-        monkeypatch.setattr(rp, "CACHE_BYTES", 0)
+        monkeypatch.setattr(cowstore, "CACHE_BYTES", 0)
     else:
-        monkeypatch.setattr(rp.arrays.ChunkFiles, "open", classmethod(lambda cls, p: None))
+        monkeypatch.setattr(cowstore.ChunkFiles, "open", classmethod(lambda cls, p: None))
     lean = run.replay("image", box, value=0, quiet=True)
     assert held.arrays == lean.arrays
     for name in held.arrays:
@@ -618,10 +618,10 @@ def test_what_a_replay_foresees_to_read_follows_the_change_not_run_order():
     """Chunks are decoded ahead for what the changed cells can reach: near them along
     the calibration chain, whole after a global operator that reads it, and nothing of
     the 1 x 1 overscan cut or of what only its mean reaches (the change may miss it)."""
-    from subzero.engine.replay import _foreseen, _needed
+    from subzero.replay.plan import foreseen, needed
 
     wf = workflows.build("astronomy", shape="160x96").validate()
-    got = _foreseen(wf, "exp1", _needed(wf, "exp1", ["clust"]))
+    got = foreseen(wf, "exp1", needed(wf, "exp1", ["clust"]))
     assert [n for n in got if n.endswith("1")] == [
         "linearity1", "addmaskattr1", "badpixrm1", "rmoverscan1", "biascorrect1",
         "darkcorrect1", "flatcorrect1", "bgmean1", "rmbg1", "cr1"]
@@ -630,7 +630,7 @@ def test_what_a_replay_foresees_to_read_follows_the_change_not_run_order():
     assert "meanoverscan1" not in got and "overscanimg1" not in got
     assert not any(n.endswith("2") for n in got)  # the other exposure's chain is not reached
     # from the overscan's mean itself everything after it is reached whole
-    got = _foreseen(wf, "meanoverscan1", _needed(wf, "meanoverscan1", None))
+    got = foreseen(wf, "meanoverscan1", needed(wf, "meanoverscan1", None))
     assert got["rmoverscan1"] is True and got["clust"] is True
 
 
@@ -641,9 +641,10 @@ def test_the_replays_io_threads_read_first_in_step_order_and_the_caller_can_help
     never ran."""
     import threading
 
-    from subzero.engine.replay import READ, WRITE, _IOPool
+    from subzero.engine.cowstore import READ, WRITE
+    from subzero.pools import PriorityPool
 
-    pool = _IOPool(1)
+    pool = PriorityPool(1, "subzero-test-io")
     gate, done = threading.Event(), []
     pool.submit((READ, -1), gate.wait)  # keeps the one thread busy while work queues
     futs = [pool.submit((WRITE, 0), done.append, "write a"),
