@@ -22,7 +22,17 @@ extensions = [
     "numpydoc",
     "subzero_cli",
     "subzero_results",
+    "subzero_operators",
+    "subzero_settings",
+    "subzero_layers",
+    "subzero_refs",
 ]
+
+# Every cross-reference must resolve. A Python reference to a real object that the
+# reference does not document (an internal module, a helper class, an attribute without a
+# doc comment) renders as code without a link (subzero_refs); one that names nothing
+# fails the build.
+nitpicky = True
 
 source_suffix = {".md": "markdown"}
 root_doc = "index"

@@ -2,19 +2,23 @@
 as tables at build time, so the performance page shows what the last benchmark run wrote
 and cannot drift from it.
 
-Each results file becomes a section: its command, its scalar fields and groups of them,
-and every list of records in it (at the top level or one level down) as a table of its
-scalar columns.
+Each results file becomes a section: its command, its plots (:mod:`subzero_plots`, drawn
+at build time into the build's doctree folder), its scalar fields and groups of them, and
+every list of records in it (at the top level or one level down) as a table of its scalar
+columns.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 from docutils import nodes
 from docutils.parsers.rst import Directive
+
+import subzero_plots
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 #: a table shows at most this many columns and rows (the JSON file holds the rest)
@@ -81,7 +85,20 @@ def _records(doc: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
     return found
 
 
-def _section(path: Path, document: Any) -> nodes.section:
+def _figures(path: Path, doc: dict[str, Any], env: Any) -> list[nodes.Node]:
+    """The results file's plots as figures; image paths relative to the page's folder."""
+    out = Path(env.doctreedir) / "subzero-plots"
+    here = Path(env.doc2path(env.docname)).parent
+    figures: list[nodes.Node] = []
+    for png, title in subzero_plots.draw(path.stem, doc, out):
+        figure = nodes.figure()
+        figure += nodes.image(uri=Path(os.path.relpath(png, here)).as_posix(), alt=title)
+        figure += nodes.caption(text=title)
+        figures.append(figure)
+    return figures
+
+
+def _section(path: Path, env: Any) -> nodes.section:
     doc = json.loads(path.read_text())
     name = str(doc.get("benchmark", path.stem))
     section = nodes.section(ids=[nodes.make_id(f"results-{path.stem}")])
@@ -90,6 +107,8 @@ def _section(path: Path, document: Any) -> nodes.section:
     para = nodes.paragraph()
     para += nodes.literal(text=command)
     section += para
+    for figure in _figures(path, doc, env):
+        section += figure
     scalars = {k: v for k, v in doc.items() if _scalar(v) and k not in ("benchmark", "command")}
     if scalars:
         section += nodes.paragraph(text="; ".join(f"{k}: {_text(v)}" for k, v in scalars.items()))
@@ -113,7 +132,9 @@ class Results(Directive):
         out: list[nodes.Node] = []
         for path in sorted(RESULTS.glob("*.json")):
             env.note_dependency(str(path))
-            out.append(_section(path, self.state.document))
+            out.append(_section(path, env))
+        for module in (__file__, subzero_plots.__file__):  # the page changes with its code
+            env.note_dependency(module)
         return out
 
 
