@@ -361,6 +361,19 @@ def unique(values: np.ndarray) -> np.ndarray:
     return v[keep]
 
 
+def run_starts(x: np.ndarray) -> np.ndarray:
+    """Where each run of equal values of a sorted (or grouped) array starts.
+
+    >>> run_starts(np.array([3, 3, 5, 7, 7, 7])).tolist()
+    [0, 2, 3]
+    """
+    x = np.asarray(x).reshape(-1)
+    first = np.ones(len(x), dtype=bool)
+    if len(x) > 1:
+        np.not_equal(x[1:], x[:-1], out=first[1:])
+    return np.flatnonzero(first)
+
+
 def to_coords(linear: np.ndarray, shape: Sequence[int]) -> np.ndarray:
     """Linear indices to an ``(n, ndim)`` int64 coordinate array."""
     linear = np.asarray(linear, dtype=np.int64)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from subzero import settings
-from subzero.cells import Ragged, dilate
+from subzero.cells import Ragged, dilate, run_starts
 from subzero.errors import ShapeError
 from subzero.pools import thread_pool
 
@@ -46,31 +46,6 @@ SP_RADIUS = 4
 RMCR_RADIUS = 2
 
 _BATCH = 1 << 17  # window gathers run in batches of this many centres (bounded memory)
-
-
-def _run_starts(x: np.ndarray) -> np.ndarray:
-    """Where each run of equal values of a sorted (or grouped) array starts.
-
-    Parameters
-    ----------
-    x : np.ndarray
-        Values, equal ones next to each other.
-
-    Returns
-    -------
-    np.ndarray
-        The index of each run's first value, ascending.
-
-    Examples
-    --------
-    >>> _run_starts(np.array([3, 3, 5, 7, 7, 7])).tolist()
-    [0, 2, 3]
-    """
-    x = np.asarray(x).reshape(-1)
-    first = np.ones(len(x), dtype=bool)
-    if len(x) > 1:
-        np.not_equal(x[1:], x[:-1], out=first[1:])
-    return np.flatnonzero(first)
 
 
 # ---------------------------------------------------------------------------------------
@@ -653,7 +628,7 @@ def group_stars(pix: np.ndarray, lab_of: np.ndarray) -> tuple[np.ndarray, Ragged
     """
     order = np.argsort(lab_of, kind="stable")
     sl = lab_of[order]  # the sort gives the labels and counts too (np.unique sorts again)
-    starts = _run_starts(sl)
+    starts = run_starts(sl)
     return sl[starts], Ragged.from_lengths(pix[order].astype(np.uint64),
                                            np.diff(np.append(starts, len(sl))))
 

@@ -17,6 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
+from subzero.cells import run_starts  # noqa: F401  (where runs of equal values start)
 from subzero.cells import unique as uniq  # noqa: F401  (sorted distinct values)
 
 U64 = np.uint64
@@ -79,19 +80,6 @@ def interleave(parts: Sequence[tuple[np.ndarray, np.ndarray]], dtype=None
             out[np.cumsum(marks[:-1], dtype=np.int8).view(bool)] = v
         base += ln
     return out, out_off
-
-
-def run_starts(x: np.ndarray) -> np.ndarray:
-    """Where each run of equal values of a sorted (or grouped) array starts.
-
-    >>> run_starts(np.array([3, 3, 5, 7, 7, 7])).tolist()
-    [0, 2, 3]
-    """
-    x = np.asarray(x).reshape(-1)
-    first = np.ones(len(x), dtype=bool)
-    if len(x) > 1:
-        np.not_equal(x[1:], x[:-1], out=first[1:])
-    return np.flatnonzero(first)
 
 
 def uniq_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
