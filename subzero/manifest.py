@@ -385,8 +385,15 @@ def _operator_modules(op: Any) -> list[str]:
     SubZero's own and the built-ins'), and the helper modules they import from their own
     package or from files outside any installed distribution (a workflow's kernels module),
     so that a change to a helper is seen like a change to the class."""
+    return list(_class_modules(type(op)))
+
+
+@functools.lru_cache(maxsize=None)
+def _class_modules(klass: type) -> tuple[str, ...]:
+    """:func:`_operator_modules` of an operator class (a module's imports do not change
+    while a process runs)."""
     out: list[str] = []
-    for cls in type(op).__mro__:
+    for cls in klass.__mro__:
         m = cls.__module__
         if m in ("builtins", "abc") or m.split(".")[0] in ENGINE_PACKAGES:
             continue
@@ -399,7 +406,7 @@ def _operator_modules(op: Any) -> list[str]:
             if m not in out and _helper(m, tops):
                 out.append(m)
                 todo.append(m)
-    return out
+    return tuple(out)
 
 
 #: SubZero's own packages below the operators, never a workflow's helper
