@@ -17,7 +17,10 @@ real sink), disk bytes (LMDB file + R-tree files), the backward query time of 10
 cells and the forward query time of 1000 input cells (cells that have lineage), as the
 query executor would run them (``encoders.lookup``; payload strategies include applying
 ``map_p``). BlackBox re-runs the synthetic operator (regenerates the pairs) and joins them
-with the query. All figures are medians of repeats, measured side by side in one process.
+with the query. Parquet is DSLog's baseline on the same pairs (``bench_compression``): a
+zstd Parquet table of (output, input) cell indices, written by pyarrow (the time includes
+expanding the pairs to cell pairs) and queried with dataset filters. All figures are
+medians of repeats, measured side by side in one process.
 
 Extra sections: ``targets`` (the issue's targets at fanin 10, fanout 1), ``relative``
 (per-pixel box lineage of an image with translation-invariant sets on and off),
@@ -41,6 +44,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 from _common import emit, parser, timed  # noqa: E402
+from bench_compression import ParquetReader, brute, write_parquet  # noqa: E402
 
 import encoders  # noqa: E402,F401  (registers the sinks)
 from encoders import lookup  # noqa: E402
@@ -227,11 +231,36 @@ def measure_point(fanin: int, fanout: int, home: Path, wrep: int, qrep: int,
                   f"disk {row['disk_bytes'] / 1e6:8.2f} MB  bwd {tb * 1e3:8.2f} ms  "
                   f"fwd {tf * 1e3:8.2f} ms", file=sys.stderr)
         shutil.rmtree(home / "runs", ignore_errors=True)
+    rows.append(dict(base, **parquet_row(pairs, home, wrep, qrep, q_out, q_in)))
     tb, _, _ = timed(lambda: blackbox(fanin, fanout, q_out, True), qrep)
     tf, _, _ = timed(lambda: blackbox(fanin, fanout, q_in, False), qrep)
     rows.append(dict(base, encoding="BlackBox", direction="-", write_s=0.0, disk_bytes=0,
                      backward_s=tb, forward_s=tf))
     return rows
+
+
+def parquet_row(pairs: PairBatch, home: Path, wrep: int, qrep: int, q_out: np.ndarray,
+                q_in: np.ndarray) -> dict[str, Any]:
+    """DSLog's baseline on the same pairs (see ``bench_compression``): a zstd Parquet
+    table of (output, input) cell indices sorted by output, written (expanded and sorted)
+    and queried with pyarrow dataset filters; its answers are checked by brute force."""
+    it = iter(range(1000))
+    folder = home / "parquet"
+    w, _, (_, paths) = timed(lambda: write_parquet(folder / str(next(it)), pairs), wrep)
+    r = ParquetReader(paths[0])
+    for q, backward in ((q_out, True), (q_in, False)):
+        got = r.backward(q) if backward else r.forward(q)
+        assert np.array_equal(got, brute(pairs, q, 0, backward, (SIZE, SIZE))), "Parquet"
+    tb, _, rb = timed(lambda: r.backward(q_out), qrep)
+    tf, _, rf = timed(lambda: r.forward(q_in), qrep)
+    r.close()
+    size = paths[0].stat().st_size
+    shutil.rmtree(folder, ignore_errors=True)
+    print(f"  Parquet  -   write {w:7.3f} s  disk {size / 1e6:8.2f} MB  bwd {tb * 1e3:8.2f} ms"
+          f"  fwd {tf * 1e3:8.2f} ms", file=sys.stderr)
+    return dict(encoding="Parquet", direction="-", write_s=w, disk_bytes=size, backward_s=tb,
+                forward_s=tf, data_bytes=size, index_bytes=0, records=1,
+                backward_cells=len(rb), forward_cells=len(rf))
 
 
 # ---------------------------------------------------------------------------------------
@@ -429,11 +458,11 @@ def plot(rows: list[dict[str, Any]], out_dir: str) -> list[str]:
     fanouts = sorted({r["fanout"] for r in rows})
     series = sorted({(r["encoding"], r["direction"], r.get("payloads")) for r in rows},
                     key=str)
-    label = {("BlackBox", "-", None): "BlackBox"}
+    label = {("BlackBox", "-", None): "BlackBox", ("Parquet", "-", None): "Parquet (zstd)"}
     colors = {("FullOne", "bwd"): "tab:red", ("FullOne", "fwd"): "tab:purple",
               ("FullMany", "bwd"): "tab:orange", ("FullMany", "fwd"): "tab:brown",
               ("PayOne", "bwd"): "tab:green", ("PayMany", "bwd"): "tab:olive",
-              ("BlackBox", "-"): "tab:gray"}
+              ("BlackBox", "-"): "tab:gray", ("Parquet", "-"): "black"}
     files = []
     for key, ylabel, scale, fname, title in (
             ("write_s", "write time (s)", 1.0, "fig8_write.png", "Figure 8: runtime overhead"),

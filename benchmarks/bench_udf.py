@@ -7,8 +7,8 @@ On a 2001 x 513 float32 image, in the driver (one process, the run's own chunkin
   (``cells``, stored as payloads under ``subzero`` and as pairs under ``full-one``), and
   declared as the stencil it is (``stencil``: nothing stored), against no lineage;
 - a data-dependent cleaner (0.8 % of pixels flagged by a mask input, replaced by their
-  5 x 5 median) declared FULL by hand, through ``udf.cells`` (payloads, or pairs), and as
-  a black box.
+  5 x 5 median) declared FULL by hand and through ``udf.cells`` (payloads, or pairs: as
+  they are under ``full-one``, compressed under ``full-compact``), and as a black box.
 
 Each row gives the run's wall time (its one operator, its lineage stored), the operator's
 stage time, the time its lineage took to capture (``lwrite`` calls and their conversion,
@@ -57,8 +57,10 @@ CASES = [  # (name, workflow kind, strategy, baseline)
     ("median udf.stencil", "stencil", "subzero", "median-blackbox"),
     ("median black box", "median-blackbox", "blackbox", "median-blackbox"),
     ("cleaner FULL by hand", "cleaner-full", "full-one", "cleaner-blackbox"),
+    ("cleaner FULL by hand (compact)", "cleaner-full", "full-compact", "cleaner-blackbox"),
     ("cleaner udf.cells (payloads)", "cleaner-api", "subzero", "cleaner-blackbox"),
     ("cleaner udf.cells (pairs)", "cleaner-api", "full-one", "cleaner-blackbox"),
+    ("cleaner udf.cells (compact)", "cleaner-api", "full-compact", "cleaner-blackbox"),
     ("cleaner black box", "cleaner-blackbox", "blackbox", "cleaner-blackbox"),
 ]
 

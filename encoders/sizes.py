@@ -43,14 +43,16 @@ from subzero.modes import Direction, Mode, Strategy
 FEATURES = ("shard", "pair", "key", "key_distinct", "value", "payload_dup")
 TARGETS = ("data_bytes", "index_bytes", "store_s")
 #: the strategies whose sinks are modelled (comp-* use the pay-* sinks: same encodings)
-ENCODED = ("full-one-bwd", "full-one-fwd", "full-many-bwd", "full-many-fwd", "pay-one-bwd",
-           "pay-many-bwd")
+ENCODED = ("full-one-bwd", "full-one-fwd", "full-many-bwd", "full-many-fwd",
+           "full-compact-bwd", "full-compact-fwd", "pay-one-bwd", "pay-many-bwd")
 
 DEFAULT_FILE_PER_LOGICAL = 1.3  # B-tree and R-tree pages about 3/4 full
 
 # Rough values for an LMDB store with 8-byte keys, used until `subzero calibrate` has run.
 _ONE_STORE = {"shard": 2e-3, "pair": 2e-7, "key": 4e-7, "key_distinct": 4e-7, "value": 3e-8}
 _MANY_STORE = {"shard": 3e-3, "pair": 3e-6, "key": 3e-8, "value": 3e-8}
+# FullCompact tokenizes the key cells' patterns to find groups before it writes
+_COMPACT_STORE = {"shard": 2e-3, "pair": 2e-7, "key": 8e-7, "key_distinct": 8e-7, "value": 1e-7}
 DEFAULTS: dict[str, dict[str, dict[str, float]]] = {
     "full-one-bwd": {"data_bytes": {"shard": 32768, "pair": 24, "key_distinct": 24, "value": 8},
                      "index_bytes": {}, "store_s": _ONE_STORE},
@@ -61,6 +63,14 @@ DEFAULTS: dict[str, dict[str, dict[str, float]]] = {
                       "index_bytes": {"shard": 16384, "pair": 48}, "store_s": _MANY_STORE},
     "full-many-fwd": {"data_bytes": {"shard": 32768, "pair": 48, "key": 8, "value": 8},
                       "index_bytes": {"shard": 16384, "pair": 48}, "store_s": _MANY_STORE},
+    # FullCompact: FullOne's bytes as the bound (a shard whose patterns save nothing is
+    # FullOne's layout); what regular lineage saves shows in the optimizer's probes
+    "full-compact-bwd": {"data_bytes": {"shard": 32768, "pair": 24, "key_distinct": 24,
+                                        "value": 8},
+                         "index_bytes": {}, "store_s": _COMPACT_STORE},
+    "full-compact-fwd": {"data_bytes": {"shard": 32768, "pair": 24, "key_distinct": 24,
+                                        "key": 8, "value": 8},
+                         "index_bytes": {}, "store_s": _COMPACT_STORE},
     "pay-one-bwd": {"data_bytes": {"shard": 32768, "key_distinct": 24, "payload_dup": 1},
                     "index_bytes": {}, "store_s": _ONE_STORE},
     "pay-many-bwd": {"data_bytes": {"shard": 32768, "pair": 48, "key": 8, "value": 1},

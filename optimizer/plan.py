@@ -35,9 +35,9 @@ from subzero.errors import CatalogError, SubZeroError
 from subzero.modes import BLACKBOX, STRATEGIES, Mode, Strategy
 from subzero.sizes import human_bytes
 
-CANDIDATE_ORDER = ("blackbox", "map", "full-one-bwd", "full-many-bwd", "full-one-fwd",
-                   "full-many-fwd", "pay-one-bwd", "pay-many-bwd", "comp-one-bwd",
-                   "comp-many-bwd")
+CANDIDATE_ORDER = ("blackbox", "map", "full-one-bwd", "full-many-bwd", "full-compact-bwd",
+                   "full-one-fwd", "full-many-fwd", "full-compact-fwd", "pay-one-bwd",
+                   "pay-many-bwd", "comp-one-bwd", "comp-many-bwd")
 CANDIDATES = tuple(STRATEGIES[n] for n in CANDIDATE_ORDER)
 
 

@@ -235,7 +235,8 @@ def _measure(run: Any, op_name: str, boxes: Sequence[Box] | None, mode: Mode,
 
 
 #: the strategies each sampled mode feeds, probed through their sinks
-PROBED = {Mode.FULL: ("full-one-bwd", "full-many-bwd", "full-one-fwd", "full-many-fwd"),
+PROBED = {Mode.FULL: ("full-one-bwd", "full-many-bwd", "full-compact-bwd", "full-one-fwd",
+                      "full-many-fwd", "full-compact-fwd"),
           Mode.PAY: ("pay-one-bwd", "pay-many-bwd"), Mode.COMP: ("comp-one-bwd",
                                                                  "comp-many-bwd")}
 

@@ -4,20 +4,22 @@ A *strategy* is how one operator keeps its lineage for one run: a mode, and for 
 modes an encoding and a direction. Strategies have short names used on the command line,
 in plans and in the catalog:
 
-==================  ======================================================================
-name                meaning
-==================  ======================================================================
-``blackbox``        nothing stored; queries re-execute the operator in tracing mode
-``map``             nothing stored; queries apply the operator's mapping functions
-``full-one-bwd``    Full lineage, FullOne encoding, keyed by output cells (backward)
-``full-one-fwd``    Full lineage, FullOne encoding, keyed by input cells (forward)
-``full-many-bwd``   Full lineage, FullMany encoding (+ R-tree), backward
-``full-many-fwd``   Full lineage, FullMany encoding (+ R-tree), forward
-``pay-one-bwd``     Payload lineage, PayOne encoding (payloads are only ever backward)
-``pay-many-bwd``    Payload lineage, PayMany encoding (+ R-tree)
-``comp-one-bwd``    Composite: mapping default, PayOne payloads for the exceptions
-``comp-many-bwd``   Composite: mapping default, PayMany payloads for the exceptions
-==================  ======================================================================
+====================  ====================================================================
+name                  meaning
+====================  ====================================================================
+``blackbox``          nothing stored; queries re-execute the operator in tracing mode
+``map``               nothing stored; queries apply the operator's mapping functions
+``full-one-bwd``      Full lineage, FullOne encoding, keyed by output cells (backward)
+``full-one-fwd``      Full lineage, FullOne encoding, keyed by input cells (forward)
+``full-many-bwd``     Full lineage, FullMany encoding (+ R-tree), backward
+``full-many-fwd``     Full lineage, FullMany encoding (+ R-tree), forward
+``full-compact-bwd``  Full lineage, FullCompact encoding (regular runs + residue), backward
+``full-compact-fwd``  Full lineage, FullCompact encoding (regular runs + residue), forward
+``pay-one-bwd``       Payload lineage, PayOne encoding (payloads are only ever backward)
+``pay-many-bwd``      Payload lineage, PayMany encoding (+ R-tree)
+``comp-one-bwd``      Composite: mapping default, PayOne payloads for the exceptions
+``comp-many-bwd``     Composite: mapping default, PayMany payloads for the exceptions
+====================  ====================================================================
 """
 
 from __future__ import annotations
@@ -53,8 +55,9 @@ class Direction(str, enum.Enum):
         return self.value
 
 
-ENCODINGS = ("FullOne", "FullMany", "PayOne", "PayMany")
-_ENC_SLUG = {"FullOne": "one", "FullMany": "many", "PayOne": "one", "PayMany": "many"}
+ENCODINGS = ("FullOne", "FullMany", "FullCompact", "PayOne", "PayMany")
+_ENC_SLUG = {"FullOne": "one", "FullMany": "many", "FullCompact": "compact", "PayOne": "one",
+             "PayMany": "many"}
 
 
 @dataclass(frozen=True, order=True)
@@ -121,6 +124,8 @@ FULL_ONE_BWD = Strategy(Mode.FULL, "FullOne", Direction.BACKWARD)
 FULL_ONE_FWD = Strategy(Mode.FULL, "FullOne", Direction.FORWARD)
 FULL_MANY_BWD = Strategy(Mode.FULL, "FullMany", Direction.BACKWARD)
 FULL_MANY_FWD = Strategy(Mode.FULL, "FullMany", Direction.FORWARD)
+FULL_COMPACT_BWD = Strategy(Mode.FULL, "FullCompact", Direction.BACKWARD)
+FULL_COMPACT_FWD = Strategy(Mode.FULL, "FullCompact", Direction.FORWARD)
 PAY_ONE_BWD = Strategy(Mode.PAY, "PayOne", Direction.BACKWARD)
 PAY_MANY_BWD = Strategy(Mode.PAY, "PayMany", Direction.BACKWARD)
 COMP_ONE_BWD = Strategy(Mode.COMP, "PayOne", Direction.BACKWARD)
@@ -135,6 +140,8 @@ STRATEGIES: dict[str, Strategy] = {
         FULL_ONE_FWD,
         FULL_MANY_BWD,
         FULL_MANY_FWD,
+        FULL_COMPACT_BWD,
+        FULL_COMPACT_FWD,
         PAY_ONE_BWD,
         PAY_MANY_BWD,
         COMP_ONE_BWD,

@@ -33,8 +33,8 @@ import numpy as np
 from subzero.cells import Box, size_of
 from subzero.errors import ModeError, ShapeError, StoreError, WorkflowError
 from subzero.modes import (
-    BLACKBOX, COMP_MANY_BWD, COMP_ONE_BWD, FULL_MANY_BWD, FULL_ONE_BWD, FULL_ONE_FWD, MAP,
-    PAY_MANY_BWD, PAY_ONE_BWD, Mode, Strategy, capture_modes,
+    BLACKBOX, COMP_MANY_BWD, COMP_ONE_BWD, FULL_COMPACT_BWD, FULL_MANY_BWD, FULL_ONE_BWD,
+    FULL_ONE_FWD, MAP, PAY_MANY_BWD, PAY_ONE_BWD, Mode, Strategy, capture_modes,
 )
 from subzero.operator import Operator
 
@@ -402,6 +402,7 @@ GENERIC_PLANS: dict[str, Callable[[Any], list[Strategy]]] = {
     "blackbox-opt": plan_blackbox_opt,
     "full-one": _udf_rule((Mode.FULL, [FULL_ONE_BWD])),
     "full-many": _udf_rule((Mode.FULL, [FULL_MANY_BWD])),
+    "full-compact": _udf_rule((Mode.FULL, [FULL_COMPACT_BWD])),
     "full-forw": _udf_rule((Mode.FULL, [FULL_ONE_FWD])),
     "full-both": _udf_rule((Mode.FULL, [FULL_ONE_BWD, FULL_ONE_FWD])),
     "pay-one": _udf_rule((Mode.PAY, [PAY_ONE_BWD]), (Mode.FULL, [FULL_ONE_BWD])),

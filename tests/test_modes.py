@@ -7,7 +7,15 @@ from subzero.modes import (STRATEGIES, Direction, Mode, Strategy, capture_modes,
 def test_strategy_names_roundtrip():
     for name, s in STRATEGIES.items():
         assert Strategy.parse(name) == s and s.name == name
-    assert len([s for s in STRATEGIES.values() if s.stored]) == 8
+    assert len([s for s in STRATEGIES.values() if s.stored]) == 10
+
+
+def test_full_compact_strategies_parse_in_both_directions():
+    assert Strategy.parse("full-compact-bwd") == Strategy(Mode.FULL, "FullCompact",
+                                                          Direction.BACKWARD)
+    assert Strategy.parse("full-compact-fwd").direction is Direction.FORWARD
+    with pytest.raises(ModeError, match="cannot use encoding"):
+        Strategy(Mode.PAY, "FullCompact", Direction.BACKWARD)
 
 
 def test_payload_encodings_are_backward_only_and_modes_match_encodings():

@@ -20,9 +20,9 @@ generated table of the same schema; its patient columns are repeated ``scale`` t
 (default 100: 9,600 patients).
 
 Strategies (paper Table II, genomics): ``blackbox`` (UDFs black box, built-ins map),
-``full-one``, ``full-many``, ``full-forw``, ``full-both``, ``pay-one``, ``pay-many``,
-``pay-both``, and ``optimized`` (``subzero run genomics --strategy optimized`` plans with the
-strategy optimizer under a disk budget).
+``full-one``, ``full-many``, ``full-compact``, ``full-forw``, ``full-both``, ``pay-one``,
+``pay-many``, ``pay-both``, and ``optimized`` (``subzero run genomics --strategy
+optimized`` plans with the strategy optimizer under a disk budget).
 
 Named queries (paper Figure 6): ``bad-hospital`` traces one training cell forward to the
 model; ``full`` traces a block of 50 training cells forward to the predictions (klass);
@@ -41,8 +41,8 @@ from operators import Classify, Logistic, Reduce, Subarray, Transpose
 from subzero import settings
 from subzero.cells import Box
 from subzero.errors import WorkflowError
-from subzero.modes import (BLACKBOX, FULL_MANY_BWD, FULL_ONE_BWD, FULL_ONE_FWD, PAY_MANY_BWD,
-                           PAY_ONE_BWD)
+from subzero.modes import (BLACKBOX, FULL_COMPACT_BWD, FULL_MANY_BWD, FULL_ONE_BWD,
+                           FULL_ONE_FWD, PAY_MANY_BWD, PAY_ONE_BWD)
 from subzero.workflow import NamedQuery, Workflow, plan_blackbox_opt
 from workflows.genomics_data import (N_DESCRIPTION, check_values, data_path, generate_table,
                                      load_table,
@@ -150,7 +150,8 @@ def genomics_plans() -> dict[str, Any]:
     included, though its lineage is data-independent) stores what the strategy names."""
     table = {
         "blackbox": [BLACKBOX],
-        "full-one": [FULL_ONE_BWD], "full-many": [FULL_MANY_BWD], "full-forw": [FULL_ONE_FWD],
+        "full-one": [FULL_ONE_BWD], "full-many": [FULL_MANY_BWD],
+        "full-compact": [FULL_COMPACT_BWD], "full-forw": [FULL_ONE_FWD],
         "full-both": [FULL_ONE_BWD, FULL_ONE_FWD],
         "pay-one": [PAY_ONE_BWD], "pay-many": [PAY_MANY_BWD],
         "pay-both": [PAY_ONE_BWD, FULL_ONE_FWD],

@@ -33,3 +33,11 @@ class TestCompositeOne(EncodingConformance):
 
 class TestCompositeMany(EncodingConformance):
     strategy = "comp-many-bwd"
+
+
+class TestFullCompactBackward(EncodingConformance):
+    strategy = "full-compact-bwd"
+
+
+class TestFullCompactForward(EncodingConformance):
+    strategy = "full-compact-fwd"

@@ -277,7 +277,8 @@ def test_query_time_optimizer_switches_from_slow_stored_lineage(spark, tmp_path)
     assert np.array_equal(r3, run.op("smooth").map_f(frontier(SHAPE, cells), 0))
 
 
-FULL_STRATEGIES = ("full-one-bwd", "full-one-fwd", "full-many-bwd", "full-many-fwd")
+FULL_STRATEGIES = ("full-one-bwd", "full-one-fwd", "full-many-bwd", "full-many-fwd",
+                   "full-compact-bwd", "full-compact-fwd")
 PAYLOAD_STRATEGIES = ("pay-one-bwd", "pay-many-bwd", "comp-one-bwd", "comp-many-bwd")
 
 

@@ -11,7 +11,7 @@ from subzero.errors import WorkflowError
 from workflows import astronomy
 
 pytestmark = pytest.mark.spark
-STRATEGIES = ("blackbox", "blackbox-opt", "full-one", "full-many", "subzero")
+STRATEGIES = ("blackbox", "blackbox-opt", "full-one", "full-many", "full-compact", "subzero")
 
 
 def test_workflow_shape_and_plans():
@@ -95,7 +95,7 @@ def test_all_strategies_agree_on_the_real_exposures(spark, shared_data, tmp_path
     if inputs is None:
         pytest.skip("real LSST exposures not found")
     runs = {}
-    for strategy in ("blackbox", "full-one", "full-many", "subzero"):
+    for strategy in ("blackbox", "full-one", "full-many", "full-compact", "subzero"):
         wf = astronomy.build(inputs=inputs)
         res = run_workflow(wf, tmp_path, inputs=inputs, strategy=strategy, spark=spark)
         runs[strategy] = _answers(tmp_path, res.run)

@@ -14,8 +14,8 @@ from workflows import genomics
 from workflows.genomics_udfs import confusion
 
 pytestmark = pytest.mark.spark
-STRATEGIES = ("blackbox", "full-one", "full-many", "full-forw", "full-both", "pay-one",
-              "pay-many", "pay-both")
+STRATEGIES = ("blackbox", "full-one", "full-many", "full-compact", "full-forw", "full-both",
+              "pay-one", "pay-many", "pay-both")
 
 
 def test_workflow_shape_plans_and_errors():
