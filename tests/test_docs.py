@@ -82,6 +82,7 @@ def _env() -> dict[str, str]:
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env.pop("SUBZERO_HOME", None)
+    env.pop("SUBZERO_DATA", None)  # the pages show the answers on the generated inputs
     return env
 
 
@@ -160,7 +161,8 @@ def test_pages_exist():
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(DOCS)) for p in PAGES])
-def test_page_runs(page, tmp_path):
+def test_page_runs(page, tmp_path, monkeypatch):
+    monkeypatch.delenv("SUBZERO_DATA", raising=False)  # as the pages' commands run
     run_page(page, tmp_path)
 
 
