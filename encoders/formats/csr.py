@@ -165,3 +165,19 @@ def union_by_owner(values: np.ndarray, owner: np.ndarray, n_owner: int
         keep[1:] = (v[1:] != v[:-1]) | (o[1:] != o[:-1])
         vals, own = v[keep], o[keep]
     return vals, offsets_from_lengths(np.bincount(own, minlength=n_owner))
+
+
+def segment_cumsum(x: np.ndarray, offsets: np.ndarray, seg: np.ndarray) -> np.ndarray:
+    """The running sum of ``x`` (uint64) restarting at each segment: segment ``g`` holds
+    ``x[offsets[g]:offsets[g + 1]]`` and ``seg`` is each item's segment.
+
+    >>> segment_cumsum(np.array([1, 2, 3, 4], np.uint64), np.array([0, 2, 4]),
+    ...                np.array([0, 0, 1, 1])).tolist()
+    [1, 3, 3, 7]
+    """
+    cs = np.cumsum(x, dtype=np.uint64)
+    base = np.zeros(len(offsets) - 1, dtype=np.uint64)
+    nz = offsets[:-1] > 0
+    base[nz] = cs[offsets[:-1][nz] - 1]
+    return cs - base[seg]
+

@@ -50,6 +50,7 @@ from encoders.formats.csr import (
     offsets_from_lengths,
     row_ids,
     segment_any,
+    segment_cumsum,
     take_rows,
     uniq_inverse,
 )
@@ -355,11 +356,7 @@ def decode_keys(tok: np.ndarray, pos: np.ndarray) -> Decoded:
     prev_span[1:] = span[:-1].astype(U64)
     inc = a + prev_span + (w > 1).astype(U64)
     inc[first] = a[first]
-    cs = np.cumsum(inc, dtype=U64)
-    base = np.zeros(len(pos), dtype=U64)
-    nz = item_off[:-1] > 0
-    base[nz] = cs[item_off[:-1][nz] - 1]
-    istart = cs - base[grp]
+    istart = segment_cumsum(inc, item_off, grp)
     # runs: every item's count runs, (length + inner) apart
     k = np.arange(int(count.sum()), dtype=np.int64) - np.repeat(
         offsets_from_lengths(count)[:-1], count)

@@ -57,6 +57,7 @@ from encoders.formats.csr import (
     offsets_from_lengths,
     run_starts,
     segment_any,
+    segment_cumsum,
     take_rows,
 )
 from encoders.formats.hashing import dedup_rows
@@ -365,11 +366,7 @@ def decode_keys(tok: np.ndarray, pos: np.ndarray) -> Decoded:
     inc = a + prev_len + is_run.astype(U64)
     inc[first] = a[first]
     # start = running sum of increments within each group
-    cs = np.cumsum(inc, dtype=U64)
-    base = np.zeros(len(pos), dtype=U64)
-    nz = item_off[:-1] > 0
-    base[nz] = cs[item_off[:-1][nz] - 1]
-    starts = cs - base[grp]
+    starts = segment_cumsum(inc, item_off, grp)
     last = item_off[1:] - 1
     kmin = starts[item_off[:-1]]
     kmax = starts[last] + length[last].astype(U64) - U64(1)
