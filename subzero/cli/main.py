@@ -62,8 +62,8 @@ def _command_names(parser: argparse.ArgumentParser) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(argv)
     try:
+        parser = build_parser(argv)  # imports the command's modules: their settings are read
         args = parser.parse_args(argv)
         if not getattr(args, "command", None):
             names = ", ".join(sub for sub in _command_names(parser))

@@ -115,3 +115,17 @@ def test_python_dash_m_subzero_is_the_command_line():
     bad = subprocess.run([sys.executable, "-m", "subzero", "nosuchcommand"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "nosuchcommand" in bad.stderr
+
+
+def test_a_bad_tuning_variable_is_one_line_and_exit_2(tmp_path):
+    """A ``SUBZERO_*`` setting that cannot be read is bad input, named in one line."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, SUBZERO_RAW_BELOW="abc")
+    p = subprocess.run([sys.executable, "-m", "subzero.cli", "runs", "--home",
+                        str(tmp_path / "home")], env=env, capture_output=True, text=True)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip() == ("subzero: error: SUBZERO_RAW_BELOW='abc' is not a valid "
+                                "value; expected a non-negative number")
