@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 JAVA   := $(if $(JAVA_HOME),$(JAVA_HOME)/bin/java,java)
 HOME_DIR ?= subzero-home
 
-.PHONY: demo test bench docs check-java browser install bytecode clean
+.PHONY: demo test bench docs check-java browser servers install bytecode clean
 
 check-java:
 	@v=$$($(JAVA) -version 2>&1 | sed -n 's/.*version "\([0-9][0-9]*\).*/\1/p' | head -n 1); \
@@ -31,7 +31,7 @@ $(STAMP): setup.cfg pyproject.toml
 	  echo "error: '$(PYTHON) -m venv' failed; on Debian: sudo apt-get install python3-venv" >&2; \
 	  rm -rf $(VENV); exit 1; }
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install -qq -e '.[test,docs]'
+	$(BIN)/python -m pip install -qq -e '.[remote,test,docs]'
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -56,10 +56,23 @@ browser:
 	  echo "warning: could not install chromium; the browser tests will be skipped" >&2; \
 	else echo "warning: no apt-get; the browser tests will be skipped" >&2; fi
 
+# The remote-home tests run a real PostgreSQL (Debian's postgresql: initdb and postgres,
+# started by the tests on 127.0.0.1 in a temporary folder, stopped by PID); installed when
+# missing, as for the browser. The S3 API server (moto's) comes from PyPI with the tests.
+servers:
+	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+	  sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  echo "installing Debian's postgresql (for the PostgreSQL catalog's tests)"; \
+	  { $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install \
+	      -y -qq postgresql >/dev/null; } || \
+	  echo "warning: could not install postgresql; the PostgreSQL tests will be skipped" >&2; \
+	else echo "warning: no apt-get; the PostgreSQL tests will be skipped" >&2; fi
+
 demo: check-java $(STAMP) bytecode
 	$(BIN)/python -m subzero.cli.demo --home $(HOME_DIR)
 
-test: check-java $(STAMP) bytecode browser
+test: check-java $(STAMP) bytecode browser servers
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 

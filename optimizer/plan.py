@@ -30,6 +30,7 @@ from optimizer.stats import OpProfile, load_profiles
 from optimizer.workload import Workload, everything, from_file, from_query_log
 from subzero.engine import layout
 from subzero.engine.catalog import Catalog
+from subzero.engine.homeconfig import home_exists, open_catalog
 from subzero.engine.runs import load_run
 from subzero.errors import CatalogError, SubZeroError
 from subzero.modes import BLACKBOX, STRATEGIES, Mode, Strategy
@@ -258,15 +259,14 @@ def optimize(wf: Any = None, home: Any = None, run: str | None = None,
     else every operator both ways.
     """
     home = layout.resolve_home(home)
-    path = layout.catalog_path(home)
-    if not path.exists():
+    if not home_exists(home):
         if wf is not None:
             raise CatalogError(
                 f"no complete run of workflow {wf.name!r} in {home} to take statistics from "
                 f"(no SubZero home there); run it once first, e.g. subzero run {wf.name} "
                 "--strategy blackbox")
         raise CatalogError(f"no SubZero home at {home} (run a workflow first, or pass --home)")
-    cat = Catalog(path)
+    cat = open_catalog(home)
     try:
         rid = run if run is not None else newest_run(cat, wf)
         loaded = load_run(home, rid, catalog=cat)
@@ -300,9 +300,8 @@ def plan_from_catalog(wf: Any, home: Any, max_disk: float | None = None,
     the newest run of the workflow was given (if any) applies."""
     home = layout.resolve_home(home)
     if max_disk is None:
-        path = layout.catalog_path(home)
-        if path.exists():
-            cat = Catalog(path)
+        if home_exists(home):
+            cat = open_catalog(home)
             try:
                 rid = newest_run(cat, wf)
                 got = [r["value"] for r in cat.statistics(rid)

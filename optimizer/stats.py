@@ -37,6 +37,7 @@ from subzero.cells import Box, size_of
 from subzero.chunking import chunk_grid
 from subzero.engine import layout
 from subzero.engine.catalog import Catalog
+from subzero.engine.homeconfig import open_catalog
 from subzero.engine.reexec import reexecute
 from subzero.engine.runs import load_run
 from subzero.errors import CatalogError
@@ -330,7 +331,7 @@ def statistics_pass(home: Any, rid: str, ops: Sequence[str] | None = None,
     """
     if probe not in ("udf", "all", "none"):
         raise ValueError(f"probe must be 'udf', 'all' or 'none'. Got {probe!r}.")
-    cat = catalog or Catalog(_catalog_path(home))
+    cat = catalog or open_catalog(layout.resolve_home(home))
     try:
         run = load_run(home, rid, catalog=cat)
         have = _stored_modes(cat, run.id)
@@ -356,10 +357,6 @@ def statistics_pass(home: Any, rid: str, ops: Sequence[str] | None = None,
     finally:
         if catalog is None:
             cat.close()
-
-
-def _catalog_path(home: Any) -> Any:
-    return layout.catalog_path(layout.resolve_home(home))
 
 
 def _stored_modes(cat: Catalog, rid: str) -> dict[str, dict[Mode, dict[str, float]]]:
@@ -425,7 +422,7 @@ def load_profiles(home: Any, rid: str, sample: bool = True, catalog: Catalog | N
     """One :class:`OpProfile` per operator of run ``rid`` (workflow order), running the
     statistics pass first for operators never sampled (``sample=False`` skips it; then
     only measured strategies have sizes)."""
-    cat = catalog or Catalog(_catalog_path(home))
+    cat = catalog or open_catalog(layout.resolve_home(home))
     try:
         run = load_run(home, rid, catalog=cat)
         if sample:

@@ -22,7 +22,7 @@ import numpy as np
 import workflows
 from optimizer.plan import plan_from_catalog
 from subzero.chunking import Chunking
-from subzero.engine import layout
+from subzero.engine import homeconfig, layout
 from subzero.engine.catalog import Catalog
 from subzero.engine.runner import RunResult, RunSpec, execute
 from subzero.engine.runs import LoadedRun, load_run
@@ -42,12 +42,18 @@ from workflows.checkable import default_inputs, resolve
 class Home:
     """A SubZero home directory: catalog, runs, arrays and lineage."""
 
-    def __init__(self, path: str | os.PathLike | None = None) -> None:
+    def __init__(self, path: str | os.PathLike | None = None, catalog: str | None = None
+                 ) -> None:
         self.path = layout.resolve_home(path)
+        # a PostgreSQL catalog (postgresql://USER@HOST:PORT/DB) for a new home; an
+        # existing home's own configuration names its catalog
+        homeconfig.use_catalog(self.path, catalog)
 
     @property
     def catalog(self) -> Catalog:
-        return Catalog(layout.catalog_path(self.path))
+        """A connection to the home's catalog (SQLite in the home, or the PostgreSQL
+        database its configuration names); the caller closes it."""
+        return homeconfig.open_catalog(self.path)
 
     def run(self, workflow: str | Workflow, strategy: str | None = "subzero",
             plan: Mapping[str, Sequence[str]] | None = None,
@@ -121,7 +127,7 @@ class Run:
         """An error naming which run ``latest`` is when it lacks array ``name``."""
         if name is None or name in self.loaded.arrays:
             return
-        cat = Catalog(layout.catalog_path(self.home))
+        cat = homeconfig.open_catalog(self.home)
         try:
             msg = cat.missing_array(self.requested, self.loaded.info, name, self.loaded.arrays)
         finally:
@@ -186,7 +192,7 @@ class Run:
     def named_query_cells(self, name: str) -> Any:
         """The cells a named query starts from (chosen from this run's data with the
         workflow's seed, once: they are kept in the catalog)."""
-        cat = Catalog(layout.catalog_path(self.home))
+        cat = homeconfig.open_catalog(self.home)
         try:
             return start_cells(self, self.id, name, cat)
         finally:
@@ -195,7 +201,7 @@ class Run:
     def choose_named_cells(self) -> None:
         """Choose (and remember in the catalog) the start cells of every named query that
         picks them from the run's arrays, so that a later one-shot query reads no array."""
-        cat = Catalog(layout.catalog_path(self.home))
+        cat = homeconfig.open_catalog(self.home)
         try:
             choose_all(self, self.id, cat)
         finally:
@@ -224,7 +230,7 @@ class Run:
         key = threading.get_ident()
         got = sessions.get(key)
         if got is None:
-            cat = Catalog(layout.catalog_path(self.home))
+            cat = homeconfig.open_catalog(self.home)
             got = sessions[key] = (cat, QueryExecutor(self.loaded, catalog=cat, log=False))
         return got
 

@@ -70,14 +70,14 @@ def assert_same_runs(home, a: str, b: str, wf) -> None:
     and the same shards (operator, strategy, chunk, pairs and bytes)."""
     import numpy as np
 
-    from subzero.engine.catalog import Catalog
+    from subzero.engine.homeconfig import open_catalog
     from subzero.engine.runs import load_run
 
     ra, rb = load_run(home, a), load_run(home, b)
     for name in [*wf.inputs, *wf.order]:
         x, y = ra.array(name), rb.array(name)
         assert x.dtype == y.dtype and np.array_equal(x, y), name
-    cat = Catalog(Path(home) / "catalog.sqlite")
+    cat = open_catalog(Path(home))
     try:
         def rows(rid):
             return sorted((s["op"], s["strategy"], s["chunk"], s["pairs"], s["data_bytes"])

@@ -42,6 +42,10 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--home", default=None,
                         help="SubZero home directory (default $SUBZERO_HOME or ./subzero-home)")
+    common.add_argument("--catalog", default=None, metavar="URL",
+                        help="the home's catalog: postgresql://USER@HOST:PORT/DB for a new "
+                        "home shared by several processes and users (default "
+                        "$SUBZERO_CATALOG, else the home's own, else SQLite in the home)")
     common.add_argument("--json", action="store_true", help="print JSON only")
 
     p = Parser(prog="subzero", description="Fine-grained lineage for scientific array "
@@ -65,6 +69,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser(argv)  # imports the command's modules: their settings are read
         args = parser.parse_args(argv)
+        if getattr(args, "catalog", None) is not None or "subzero.engine.homeconfig" in sys.modules:
+            from subzero.engine.homeconfig import request_catalog
+
+            request_catalog(getattr(args, "catalog", None))  # this command's, not the last one's
         if not getattr(args, "command", None):
             names = ", ".join(sub for sub in _command_names(parser))
             raise CliError(f"no command given; expected one of {names} (subzero --help)")

@@ -15,7 +15,7 @@ from subzero.api import Run
 from subzero.cli.common import (add_changed_code_flag, cells_from_args, emit_json, load_npy,
                                 table)
 from subzero.engine import layout
-from subzero.engine.catalog import Catalog
+from subzero.engine.homeconfig import home_exists, open_catalog
 from subzero.engine.runs import load_run
 from subzero.errors import ReplayError
 from subzero.frontier import start_frontier
@@ -27,9 +27,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if given != 1:
         raise ReplayError("give exactly one of --set VALUE, --values F.npy or --nan")
     home = layout.resolve_home(args.home)
-    if not layout.catalog_path(home).exists():
+    if not home_exists(home):
         raise ReplayError(f"no SubZero home at {home} (run a workflow first, or pass --home)")
-    cat = Catalog(layout.catalog_path(home))
+    cat = open_catalog(home)
     try:
         info = cat.run(args.run)
     finally:

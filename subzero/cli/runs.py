@@ -19,6 +19,7 @@ from subzero.cli.common import (CliError, check_output, emit_json, output_file,
                                 parse_assignments, table)
 from subzero.engine import layout
 from subzero.engine.catalog import Catalog
+from subzero.engine.homeconfig import open_catalog
 from subzero.engine.inputs import origin_text
 from subzero.engine.placement import WHERE
 from subzero.engine.spark import check_master, resolve_master
@@ -192,13 +193,7 @@ def data_kind(origins: dict[str, Any] | None) -> str:
 
 
 def _catalog(args: argparse.Namespace) -> Catalog:
-    home = layout.resolve_home(args.home)
-    path = layout.catalog_path(home)
-    if home.exists() and not home.is_dir():
-        raise CliError(f"SubZero home {home} is a file; expected a folder (--home DIR)")
-    if not path.exists():
-        raise CliError(f"no SubZero home at {home} (run a workflow first, or pass --home)")
-    return Catalog(path)
+    return open_catalog(layout.resolve_home(args.home))
 
 
 def cmd_runs(args: argparse.Namespace) -> int:

@@ -21,7 +21,8 @@ from typing import Any
 from subzero import manifest
 from subzero.engine import layout
 from subzero.engine.catalog import Catalog
-from subzero.errors import CatalogError, SubZeroError, WorkflowError
+from subzero.engine.homeconfig import open_catalog
+from subzero.errors import SubZeroError, WorkflowError
 from subzero.workflow import Workflow
 
 
@@ -51,10 +52,7 @@ def migrate_home(home: str | os.PathLike, trust: bool = False) -> Migration:
     """Convert every pickled workflow of ``home`` into a manifest. Unpickling runs code, so
     without ``trust`` nothing is read and a one-line error says how many runs need it."""
     home = layout.resolve_home(home)
-    path = layout.catalog_path(home)
-    if not path.is_file():
-        raise CatalogError(f"no SubZero home at {home} (no {layout.CATALOG})")
-    cat = Catalog(path)
+    cat = open_catalog(home)
     try:
         todo = legacy_runs(home, cat)
         out = Migration(home, current=sum(1 for r in cat.runs() if r.get("manifest")))

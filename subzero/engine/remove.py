@@ -64,6 +64,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from subzero.engine import layout
 from subzero.engine.catalog import Catalog
+from subzero.engine.homeconfig import home_exists, open_catalog
 from subzero.errors import CatalogError, StoreError, SubZeroError
 from subzero.sizes import human_bytes
 
@@ -406,8 +407,8 @@ def finish_removals(cat: Catalog, home: Path, dry_run: bool = False,
 
 
 def _open(home: str | os.PathLike | None) -> tuple[Catalog, Path]:
-    home, path = layout.existing_catalog(home)
-    return Catalog(path), home
+    home = layout.resolve_home(home)
+    return open_catalog(home), home
 
 
 def _carry_out(cat: Catalog, home: Path, chosen: dict[str, tuple[dict[str, Any], str]],
@@ -663,9 +664,9 @@ def make_room(home: str | os.PathLike, shortfall: int,
         The bytes freed.
     """
     home = layout.resolve_home(home)
-    if not layout.catalog_path(home).is_file():
+    if not home_exists(home):
         return 0
-    cat = Catalog(layout.catalog_path(home))
+    cat = open_catalog(home)
     try:
         seen: dict[tuple[int, int], int] = {}
         done, _ = finish_removals(cat, home, dry_run, seen)

@@ -58,6 +58,7 @@ from subzero.chunking import Chunking, chunk_grid, task_grid
 from subzero.engine import arrays, layout
 from subzero.engine.capacity import check_fits
 from subzero.engine.catalog import Catalog, shard_row
+from subzero.engine.homeconfig import open_catalog
 from subzero.engine.codec import preload
 from subzero.engine.diskfull import is_disk_full, no_space
 from subzero.engine.heap import keep_run_memory
@@ -970,7 +971,7 @@ def execute(spec: RunSpec, spark: Any = None, notify: Callable[[str], None] | No
                    + ("" if where == "driver" else "; --where spark to use Spark") + ")")
     elif spark is None:
         spark = get_spark(master, layout.logs_dir(home), notify=notify)
-    cat = Catalog(layout.catalog_path(home))
+    cat = open_catalog(home, create=True)
     with _no_space("the catalog", home):
         rid = cat.create_run(
             wf.name, params=wf.params, strategy=spec.label,

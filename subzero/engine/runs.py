@@ -14,10 +14,11 @@ import numpy as np
 from subzero.engine import layout
 from subzero.engine.arrays import read_array, read_box
 from subzero.engine.catalog import Catalog
+from subzero.engine.homeconfig import open_catalog
 from subzero import manifest
 from subzero.cells import Box
 from subzero.codeid import CodeGate
-from subzero.errors import CatalogError, CodeError, DamagedError, StoreError, WorkflowError
+from subzero.errors import CodeError, DamagedError, StoreError, WorkflowError
 from subzero.modes import Strategy
 from subzero.operator import Operator
 from subzero.workflow import Workflow
@@ -48,7 +49,7 @@ class LoadedRun:
     def array_path(self, name: str) -> Path:
         if name not in self.arrays:
             # asked for as latest: say which workflow that is and which latest:WORKFLOW has it
-            cat = Catalog(layout.catalog_path(self.home))
+            cat = open_catalog(self.home)
             try:
                 msg = cat.missing_array(self.requested or self.id, self.info, name, self.arrays)
             finally:
@@ -225,12 +226,7 @@ def load_run(home: str | os.PathLike | None, rid: str, catalog: Catalog | None =
     ``allow_changed_code``: use operators whose code changed since the run, see
     :func:`load_workflow`)."""
     home = layout.resolve_home(home)
-    if catalog is None and not layout.catalog_path(home).exists() and (
-            home.is_dir() or not home.exists()):
-        # a reading command never makes a home where there was none
-        raise CatalogError(f"no SubZero home at {home} (no {layout.CATALOG}; run a workflow "
-                           "first, or pass --home)")
-    cat = catalog or Catalog(layout.catalog_path(home))
+    cat = catalog or open_catalog(home)  # a reading command never makes a home
     requested = rid
     try:
         info = cat.run(rid)

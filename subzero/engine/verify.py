@@ -37,6 +37,7 @@ from encoders.lookup import open_shard, open_shared
 from encoders.store import BLOBS, LmdbShard, check_shard_files, read_meta
 from subzero.engine import arrays, layout
 from subzero.engine.catalog import Catalog
+from subzero.engine.homeconfig import open_catalog
 from subzero import manifest
 from subzero.codeid import CodeGate
 from subzero.engine.runs import operator_code, read_manifest
@@ -220,9 +221,9 @@ def verify_run(home: str | os.PathLike | None, run: str) -> Report:
     """Check run ``run`` (an id, ``latest`` or ``latest:WORKFLOW``) of ``home``; see the
     module docstring. A run's ``running`` or ``failed`` status is reported, not checked
     against (its files are whatever it wrote)."""
-    home, path = layout.existing_catalog(home)
+    home = layout.resolve_home(home)
     try:
-        cat = Catalog(path)
+        cat = open_catalog(home)
     except DamagedCatalogError as e:
         return _damaged_catalog(run, e)
     try:

@@ -38,8 +38,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from encoders.base import LookupTimeout
-from subzero.engine import layout
 from subzero.engine.catalog import Catalog
+from subzero.engine.homeconfig import open_catalog
 from subzero.engine.runs import LoadedRun
 from subzero.errors import DamagedError, QueryError
 from subzero.frontier import Frontier, start_frontier
@@ -96,7 +96,7 @@ class QueryExecutor:
                  min_switch_s: float = 0.05, entire_array: bool = True) -> None:
         self.run = run
         self._own_catalog = catalog is None
-        self.catalog = catalog or Catalog(layout.catalog_path(run.home))
+        self.catalog = catalog or open_catalog(run.home)
         self.log = log
         self.min_switch_s = float(min_switch_s)
         self.entire_array = bool(entire_array)

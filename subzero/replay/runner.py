@@ -19,6 +19,7 @@ from subzero.chunking import chunk_key, task_grid
 from subzero.engine import layout
 from subzero.engine.arrays import read_box, stored_bytes
 from subzero.engine.catalog import Catalog, shard_row
+from subzero.engine.homeconfig import open_catalog
 from subzero.engine.cowstore import WRITERS, CowStore, differs
 from subzero.engine.diskfull import is_disk_full, no_space
 from subzero.engine.heap import keep_freed_memory
@@ -244,7 +245,7 @@ def replay_run(parent: LoadedRun, array: str, mask: np.ndarray, values: np.ndarr
     derivation = {"kind": "replay", "array": array, "cells": n, "value": value_text,
                   "to": list(to or [])}
     home = parent.home
-    cat = catalog or Catalog(layout.catalog_path(home))
+    cat = catalog or open_catalog(home)
     t_start = time.perf_counter()
     rid = cat.create_derived_run(parent.id, derivation)
     r = _Replay(CowStore(parent, rid, home), cat, outputs=frozenset(outputs),

@@ -33,7 +33,7 @@ from subzero.api import Run
 from subzero.cells import Box, check_coords, parse_cells, size_of
 from subzero.engine import layout
 from subzero.engine.arrays import chunk_file, grid_keys, read_array, read_box
-from subzero.engine.catalog import Catalog
+from subzero.engine.homeconfig import home_exists, open_catalog
 from subzero.engine.runs import load_run
 from subzero.errors import CellError, QueryError, StoreError, SubZeroError
 from subzero.frontier import Frontier
@@ -151,11 +151,10 @@ class Explorer:
     def __init__(self, home: str | Path | None, allow_changed_code: bool = False) -> None:
         self.home = layout.resolve_home(home)
         self.allow_changed_code = allow_changed_code
-        path = layout.catalog_path(self.home)
-        if not path.is_file():
-            raise StoreError(f"no SubZero home at {self.home} (no catalog {path.name}); "
+        if not home_exists(self.home):
+            raise StoreError(f"no SubZero home at {self.home} (no catalog there); "
                              "expected a home with runs (subzero run ... --home DIR)")
-        self.catalog = Catalog(path)
+        self.catalog = open_catalog(self.home)
         self._warm: dict[str, _Warm] = {}
 
     def close(self) -> None:
