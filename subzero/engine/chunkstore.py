@@ -488,13 +488,19 @@ class ChunkFiles:
         self._boxes: dict[Key, Box] = {}
 
     @classmethod
-    def open(cls, path: Path) -> "ChunkFiles | None":
+    def open(cls, path: Path, store: ChunkStore | None = None, text: bytes | None = None
+             ) -> "ChunkFiles | None":
         """The array at ``path``, or None where it is not one this class reads and writes
-        exactly as zarr does (use zarr there)."""
+        exactly as zarr does (use zarr there).
+
+        ``store`` and ``text``: where its chunk files are (None: :class:`LocalChunkStore`
+        at ``path``) and its ``zarr.json`` (None: read from ``path``), for an array kept
+        elsewhere than the local file system (:mod:`subzero.engine.objectstore`)."""
         import numcodecs  # with zarr, only once an array is touched (slow to import)
 
         try:
-            text = Path(path, "zarr.json").read_bytes()
+            if text is None:
+                text = Path(path, "zarr.json").read_bytes()
             meta = json.loads(text)
             dtype = np.dtype(meta["data_type"])
             codecs = meta["codecs"]
@@ -524,7 +530,7 @@ class ChunkFiles:
             return None  # also a fill written as text (NaN, hex): zarr decodes those
         codec = numcodecs.Blosc(cname=conf.get("cname", "lz4"), clevel=int(conf.get("clevel", 5)),
                                 shuffle=shuffle, blocksize=int(conf.get("blocksize", 0)))
-        files = cls(path, shape, chunks, dtype.newbyteorder("<"), fill, codec, crc)
+        files = cls(path, shape, chunks, dtype.newbyteorder("<"), fill, codec, crc, store)
         files.meta = text
         return files
 
