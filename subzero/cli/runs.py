@@ -19,7 +19,7 @@ from subzero.cli.common import (CliError, check_output, emit_json, output_file,
                                 parse_assignments, table)
 from subzero.engine import layout
 from subzero.engine.catalog import Catalog
-from subzero.engine.homeconfig import open_catalog
+from subzero.engine.homeconfig import open_catalog, prepare_catalog
 from subzero.engine.inputs import origin_text
 from subzero.engine.placement import WHERE
 from subzero.engine.spark import check_master, resolve_master
@@ -132,6 +132,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     _given(args, "--max-disk", "--plan", "--chunks", "--strategy", "--master")
     if args.master is not None:
         check_master(resolve_master(args.master))  # before anything is built or started
+    prepare_catalog(layout.resolve_home(args.home))
     chunking = Chunking.parse(args.chunks)
     plan, plan_budget = load_plan_file(args.plan) if args.plan is not None else (None, None)
     max_disk = (parse_size(args.max_disk, "--max-disk") if args.max_disk is not None

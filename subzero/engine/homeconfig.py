@@ -249,6 +249,18 @@ def open_catalog(home: str | os.PathLike | Path, url: str | None = None, *,
     return cat
 
 
+def prepare_catalog(home: str | os.PathLike | Path) -> None:
+    """Before a run does anything: open the catalog ``home`` will use when it is not the
+    SQLite one in the home (a PostgreSQL catalog), so that an unreachable or refused
+    catalog is said in one line before inputs are read or Spark starts, and a new home
+    claims its catalog. Nothing for an SQLite home (its file is made by the run)."""
+    home = Path(home)
+    if home.exists() and not home.is_dir():
+        raise CatalogError(f"SubZero home {home} is a file; expected a folder (--home DIR)")
+    if catalog_url(home) != "sqlite":
+        open_catalog(home, create=True).close()
+
+
 def _claim(cat: Any, home: Path, config: HomeConfig | None, url: str) -> None:
     """Check that the PostgreSQL catalog ``cat`` belongs to ``home`` (its ``meta.home``
     is the home's id). A home made just now claims a catalog no home has claimed, in one

@@ -64,6 +64,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from subzero.engine import layout
 from subzero.engine.catalog import Catalog
+from subzero.engine.catalog.schema import SCHEMA
 from subzero.engine.homeconfig import home_exists, open_catalog
 from subzero.errors import CatalogError, StoreError, SubZeroError
 from subzero.sizes import human_bytes
@@ -226,14 +227,13 @@ def _needs(db: sqlite3.Connection, links: dict[str, set[str]], rid: str | None =
         q, args = q + " AND parent = ?", [rid]
     for r in db.execute(q, args):
         out.setdefault(r["parent"], set()).add(r["id"])
-    # only derived runs list shards outside their own folder
-    q = ("SELECT DISTINCT run, substr(path, 6, instr(substr(path, 6), '/') - 1) AS owner "
-         "FROM shards WHERE run IN (SELECT id FROM runs WHERE parent IS NOT NULL) AND ")
-    rows = (db.execute(q + "path LIKE 'runs/%/%'") if rid is None else
-            db.execute(q + "substr(path, 1, ?) = ?", (len(rid) + 6, f"runs/{rid}/")))
-    for r in rows:
-        if r["owner"] != r["run"]:
-            out.setdefault(r["owner"], set()).add(r["run"])
+    # only derived runs list shards outside their own folder (runs/<owner>/...)
+    q = ("SELECT DISTINCT run, path FROM shards WHERE run IN (SELECT id FROM runs WHERE "
+         "parent IS NOT NULL) AND path LIKE ?")
+    for r in db.execute(q, ("runs/%/%" if rid is None else f"runs/{rid}/%",)):
+        owner = r["path"].split("/", 2)[1]
+        if owner != r["run"]:
+            out.setdefault(owner, set()).add(r["run"])
     return out
 
 
@@ -253,12 +253,11 @@ def _running(info: dict[str, Any]) -> str:
 
 
 # -- the removal itself -------------------------------------------------------------------
-def _run_tables(db: sqlite3.Connection) -> list[str]:
-    """Every table holding rows of runs by a ``run`` column, but :data:`KEEP_TABLES`."""
-    tables = [r[0] for r in db.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
-    return [t for t in tables if t not in KEEP_TABLES
-            and "run" in {c[1] for c in db.execute(f"PRAGMA table_info({t})")}]
+def _run_tables(cat: Catalog) -> list[str]:
+    """Every table of the catalog's schema holding rows of runs by a ``run`` column, but
+    :data:`KEEP_TABLES`."""
+    tables = re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", SCHEMA)
+    return [t for t in tables if t not in KEEP_TABLES and "run" in cat._columns(t)]
 
 
 def _trash(home: Path, rid: str) -> Path:
@@ -285,30 +284,30 @@ def _move_away(cat: Catalog, home: Path, rid: str) -> Path | None:
 
 
 def _forget(cat: Catalog, rid: str, removing: set[str],
-            links: dict[str, set[str]]) -> int | None:
+            links: dict[str, set[str]]) -> bool:
     """Step 2a: the run's rows gone and its ``removed_runs`` row added, in one transaction,
-    after checking again (another process may have started a replay of it meanwhile); the
-    new row's rowid (None: another process removed the run)."""
+    after checking again (another process may have started a replay of it meanwhile);
+    False when another process removed the run first. A run's id is never given again, so
+    it names its ``removed_runs`` row."""
     with cat.tx() as db:
         row = db.execute("SELECT * FROM runs WHERE id = ?", (rid,)).fetchone()
         if row is None:
-            return None
+            return False
         if row["status"] == "running":
             raise Refused(_running(dict(row)))
         need = _needs(db, links, rid).get(rid, set()) - removing
         if need:
             raise Refused(_needed(rid, need))
-        cur = db.execute(
+        db.execute(
             "INSERT INTO removed_runs (id, seq, workflow, status, parent, started, removed) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
             (rid, row["seq"], row["workflow"], row["status"], row["parent"], row["started"],
              time.time()))
-        for table in _run_tables(db):
+        for table in _run_tables(cat):
             db.execute(f"DELETE FROM {table} WHERE run = ?", (rid,))
         db.execute("DELETE FROM runs WHERE id = ?", (rid,))
-        mark = int(cur.lastrowid or 0)
     _reached("rows", rid)
-    return mark
+    return True
 
 
 def _needed(rid: str, need: set[str]) -> str:
@@ -328,15 +327,14 @@ def _remove(cat: Catalog, home: Path, info: dict[str, Any], why: str, removing: 
     if dry_run:
         done.bytes = _tree(str(layout.run_dir(home, rid)), seen, False, rid)
         return done
-    mark = _forget(cat, rid, removing, links)
-    if mark is None:
+    if not _forget(cat, rid, removing, links):
         return None
     moved = _move_away(cat, home, rid)
     if moved is not None:
         done.bytes = _delete(moved, seen, rid)
     with cat.tx() as db:
-        db.execute("UPDATE removed_runs SET bytes = ?, done = ? WHERE rowid = ?",
-                   (done.bytes, time.time(), mark))
+        db.execute("UPDATE removed_runs SET bytes = ?, done = ? WHERE id = ?",
+                   (done.bytes, time.time(), rid))
     _reached("done", rid)
     return done
 
@@ -369,7 +367,7 @@ def finish_removals(cat: Catalog, home: Path, dry_run: bool = False,
         return [], []
     listed = {r[0] for r in cat.db.execute("SELECT id FROM runs")}
     gone = {r["id"]: dict(r) for r in cat.db.execute(
-        "SELECT rowid AS mark, * FROM removed_runs ORDER BY rowid")}
+        "SELECT * FROM removed_runs ORDER BY seq")}
     seen = {} if seen is None else seen
     removed: list[Removed] = []
     kept: list[Kept] = []
@@ -394,7 +392,7 @@ def finish_removals(cat: Catalog, home: Path, dry_run: bool = False,
         if not dry_run and row:
             with cat.tx() as db:
                 db.execute("UPDATE removed_runs SET bytes = COALESCE(bytes, 0) + ?, done = ? "
-                           "WHERE rowid = ?", (freed, time.time(), row["mark"]))
+                           "WHERE id = ?", (freed, time.time(), rid))
         if path is not None:
             removed.append(Removed(rid, row.get("workflow", "?"), row.get("status", "?"),
                                    freed, "left by an interrupted removal", row.get("parent")))

@@ -19,6 +19,7 @@ from typing import Mapping, Sequence
 from subzero import manifest
 from subzero.chunking import Chunking
 from subzero.engine import layout
+from subzero.engine.homeconfig import prepare_catalog
 from subzero.engine.placement import check_where
 from subzero.modes import Strategy
 from subzero.workflow import Plan, Workflow
@@ -94,7 +95,9 @@ class RunSpec:
         wf.validate()
         resolved = wf.plan(plan if plan is not None else strategy)
         manifest.workflow_manifest(wf)  # what cannot be data is refused before anything else
-        return cls(wf, layout.resolve_home(home),
+        home = layout.resolve_home(home)
+        prepare_catalog(home)  # a catalog elsewhere: reachable, and this home's
+        return cls(wf, home,
                    MappingProxyType({n: tuple(ss) for n, ss in resolved.items()}),
                    label or ("plan" if plan is not None else strategy),
                    strategy if plan is None else None,

@@ -249,7 +249,10 @@ def verify_run(home: str | os.PathLike | None, run: str) -> Report:
 
 
 def _integrity(cat: Catalog) -> str | None:
-    """SQLite's own check of every page of the catalog: None when it finds nothing."""
+    """SQLite's own check of every page of the catalog: None when it finds nothing (or
+    the catalog is a PostgreSQL database, which checks its own pages)."""
+    if not isinstance(cat, Catalog):
+        return None
     try:
         rows = [r[0] for r in cat.db.execute("PRAGMA quick_check")]
     except sqlite3.DatabaseError as e:
