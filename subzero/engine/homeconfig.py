@@ -25,10 +25,11 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from subzero.engine import layout
 from subzero.engine.catalog import Catalog
+from subzero.engine.catalog.base import without_password
 from subzero.errors import CatalogError
 
 #: the file in a home that names its catalog (absent: the SQLite catalog in the home)
@@ -107,28 +108,6 @@ def check_catalog_url(url: str) -> str:
     raise CatalogError(f"catalog {without_password(url)!r}: expected "
                        "postgresql://USER@HOST:PORT/DATABASE (or sqlite, the catalog inside "
                        "the home)")
-
-
-def without_password(url: str) -> str:
-    """``url`` without the password it may carry, for messages and for ``home.json``.
-
-    Examples
-    --------
-    >>> without_password("postgresql://me:secret@db.example.org:5432/lineage")
-    'postgresql://me@db.example.org:5432/lineage'
-    >>> without_password("sqlite")
-    'sqlite'
-    """
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{parts.username}@{host}" if parts.username else host
-    if parts.port is not None:
-        netloc += f":{parts.port}"
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def config_path(home: Path) -> Path:

@@ -138,7 +138,7 @@ class QueryLog(CatalogBackend):
                 with self._transaction() as db:
                     db.executemany(_LOG_SQL, _log_params(rows))
             except self._refused as e:  # a full disk: the answers stand
-                print(f"subzero: note: {len(rows)} queries were not logged in {self.path} "
+                print(f"subzero: note: {len(rows)} queries were not logged in {self.location} "
                       f"({e})", file=sys.stderr)
 
     def query_log(self, rid: str | None = None) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ from subzero.errors import CatalogError
 #: the next run's number: after every run listed and every run removed, so that a removed
 #: run's id is never given to another run
 _NEXT_SEQ = ("SELECT MAX(s) + 1 FROM (SELECT COALESCE(MAX(seq), 0) AS s FROM runs "
-             "UNION ALL SELECT COALESCE(MAX(seq), 0) FROM removed_runs)")
+             "UNION ALL SELECT COALESCE(MAX(seq), 0) FROM removed_runs) AS seqs")
 
 
 def _proc_start(pid: int) -> str | None:
@@ -186,13 +186,13 @@ class Runs(CatalogBackend):
                 hint = (f"complete runs are of {', '.join(have)}" if have
                         else "the catalog has no complete run")
                 raise CatalogError(f"{rid}: no complete run of workflow {workflow!r} in "
-                                   f"{self.path.parent} ({hint})")
+                                   f"{self.home} ({hint})")
         elif rid in ("latest", "last"):
             row = self.db.execute(
                 "SELECT * FROM runs WHERE status = 'complete' ORDER BY seq DESC LIMIT 1"
             ).fetchone()
             if row is None:
-                raise CatalogError(f"no complete run in {self.path.parent}; run a workflow first")
+                raise CatalogError(f"no complete run in {self.home}; run a workflow first")
         else:
             row = self.db.execute("SELECT * FROM runs WHERE id = ?", (rid,)).fetchone()
             if row is None:
@@ -267,9 +267,10 @@ class Runs(CatalogBackend):
                 "op_stats": "op IN ({o})", "statistics": "(op IN ({o}) OR op = '*')",
                 "shards": "op IN ({o}) AND NOT EXISTS (SELECT 1 FROM skipped s "
                           "WHERE s.op = shards.op AND s.chunk = shards.chunk)"}
-        marks = {"a": ", ".join("?" * len(names[0])), "o": ", ".join("?" * len(names[1]))}
+        # no names: IN (NULL), true of no row (PostgreSQL refuses an empty IN list)
+        marks = {k: ", ".join("?" * len(n)) or "NULL" for k, n in zip("ao", names)}
         with self.tx() as db:
-            db.execute("CREATE TEMP TABLE IF NOT EXISTS skipped (op TEXT, chunk TEXT)")
+            db.execute(self._ddl("CREATE TEMP TABLE IF NOT EXISTS skipped (op TEXT, chunk TEXT)"))
             db.execute("DELETE FROM skipped")
             db.executemany("INSERT INTO skipped VALUES (?, ?)", sorted(set(skip_shards)))
             for table, where in keep.items():

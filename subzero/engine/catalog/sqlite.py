@@ -16,7 +16,6 @@ reaped there.
 from __future__ import annotations
 
 import os
-import re
 import sqlite3
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,7 +25,7 @@ from subzero.engine.catalog.base import CatalogBackend
 from subzero.engine.catalog.contents import RunContents
 from subzero.engine.catalog.querylog import QueryLog
 from subzero.engine.catalog.runs import Runs
-from subzero.engine.catalog.schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
+from subzero.engine.catalog.schema import SCHEMA, SCHEMA_VERSION
 from subzero.engine.catalog.shards import Shards
 from subzero.engine.catalog.statistics import Statistics
 from subzero.engine.diskfull import is_disk_full
@@ -198,19 +197,6 @@ class SQLiteBackend(CatalogBackend):
             self._recover()
         except sqlite3.OperationalError:
             pass  # a full disk: reading still works, and a later command recovers
-
-    def _migrate(self, version: int) -> None:
-        """Bring a catalog of an older schema up to
-        :data:`~subzero.engine.catalog.schema.SCHEMA_VERSION` (inside the opening
-        transaction: all steps or none)."""
-        for v in range(version + 1, SCHEMA_VERSION + 1):
-            for stmt in MIGRATIONS.get(v, ()):
-                added = re.fullmatch(r"ALTER TABLE (\w+) ADD COLUMN (\w+) .*", stmt)
-                if added and added[2] in self._columns(added[1]):
-                    continue  # the table is newer than the catalog (created just now)
-                self.db.execute(stmt)
-        self.db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
-                        (str(SCHEMA_VERSION),))
 
     def _transaction(self) -> Any:
         return _transaction(self.db)
