@@ -220,7 +220,7 @@ def newest_run(cat: Catalog, wf: Any) -> str:
     for r in same_name:
         if r["status"] == "complete" and _shapes_match(wf, cat.arrays(r["id"])):
             return r["id"]
-    home = cat.path.parent
+    home = cat.home
     if same_name:
         raise CatalogError(
             f"no complete run of workflow {wf.name!r} with these parameters in {home} to take "
