@@ -59,7 +59,8 @@ class Home:
             plan: Mapping[str, Sequence[str]] | None = None,
             inputs: Mapping[str, str] | None = None, chunks: Any = None, split: Any = None,
             master: str | None = None, max_disk: int | None = None,
-            quiet: bool | None = None, where: str = "auto", **params: Any) -> "Run":
+            quiet: bool | None = None, where: str = "auto", ship_env: bool = False,
+            **params: Any) -> "Run":
         """Run a workflow (a name from ``subzero workflows``, or a :class:`Workflow`).
 
         The run says on stderr where its inputs come from, whether it runs in this process
@@ -67,7 +68,9 @@ class Home:
         seconds elsewhere); ``quiet=True`` (default: ``$SUBZERO_QUIET`` set to anything but
         0) silences it. ``where``: ``"auto"`` (a small run on a local master runs in this
         process when that is quicker), ``"spark"`` or ``"driver"``
-        (:mod:`subzero.engine.placement`).
+        (:mod:`subzero.engine.placement`). ``ship_env=True`` packs this virtualenv and ships
+        it to the executors (:mod:`subzero.engine.shipenv`): for a cluster whose nodes do not
+        have it.
         """
         if isinstance(workflow, str):
             workflow = workflows.build(workflow, inputs=inputs, **params)
@@ -77,7 +80,8 @@ class Home:
             quiet = os.environ.get("SUBZERO_QUIET", "0") not in ("", "0")
         chunking = Chunking(split=split, chunks=chunks) if (chunks or split) else Chunking()
         spec = RunSpec.build(workflow, self.path, inputs=inputs, strategy=strategy, plan=plan,
-                             chunking=chunking, master=master, max_disk=max_disk, where=where)
+                             chunking=chunking, master=master, max_disk=max_disk, where=where,
+                             ship_env=ship_env)
         if quiet:
             res = execute(spec)
         else:

@@ -58,6 +58,11 @@ class SparkError(SubZeroError):
     """Spark could not be started (Java missing or too old, bad master URL)."""
 
 
+class ShipEnvError(SubZeroError):
+    """The driver's Python environment cannot be packed for the executors (not a
+    virtualenv, or one venv-pack refuses)."""
+
+
 class CodeError(SubZeroError):
     """Code a run names that cannot be used: a module outside its recorded distribution,
     inside the home, changed since the run, or that fails to import; or an operator or

@@ -149,7 +149,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         label = f"plan:{Path(args.plan).name}"
     spec = RunSpec.build(wf, home=args.home, inputs=inputs, strategy=strategy, plan=plan,
                          label=label, chunking=chunking, master=args.master,
-                         max_disk=max_disk, where=args.where)
+                         max_disk=max_disk, where=args.where, ship_env=args.ship_env)
     with RunDisplay(say) as shown:
         res = execute(spec, notify=shown.notify, on_progress=shown.progress)
     notes = _run_summary(args, res)
@@ -330,6 +330,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     s.add_argument("--where", choices=WHERE, default="auto",
                    help="run as Spark jobs, or in this process (driver); auto (default): "
                    "a small run on a local master runs in this process when that is quicker")
+    s.add_argument("--ship-env", action="store_true",
+                   help="pack this virtualenv (cached by its contents) and ship it to the "
+                   "executors with spark.archives, for a cluster whose nodes do not have it "
+                   "(they need the same base Python: see the cluster guide)")
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser("runs", parents=[common], help="list runs")

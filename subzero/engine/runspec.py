@@ -45,6 +45,8 @@ class RunSpec:
     fuse : whether consecutive chunk-aligned operators share one task per chunk.
     workers : how many stages may run at once (None: from the cores).
     where : ``"auto"``, ``"spark"`` or ``"driver"`` (:mod:`subzero.engine.placement`).
+    ship_env : pack this virtualenv and ship it to the executors
+        (:mod:`subzero.engine.shipenv`), for a cluster whose nodes do not have it.
 
     Examples
     --------
@@ -71,6 +73,7 @@ class RunSpec:
     fuse: bool = True
     workers: int | None = None
     where: str = "auto"
+    ship_env: bool = False
 
     @classmethod
     def build(cls, wf: Workflow, home: str | os.PathLike | None = None,
@@ -78,7 +81,8 @@ class RunSpec:
               plan: Mapping[str, Sequence[str | Strategy]] | Plan | None = None,
               chunking: Chunking | None = None, master: str | None = None,
               max_disk: int | None = None, label: str | None = None, fuse: bool = True,
-              workers: int | None = None, where: str = "auto") -> "RunSpec":
+              workers: int | None = None, where: str = "auto", ship_env: bool = False
+              ) -> "RunSpec":
         """Check a run's request and resolve its strategies.
 
         ``strategy`` names a workflow-level strategy (``subzero``, ``blackbox``...);
@@ -95,6 +99,11 @@ class RunSpec:
         wf.validate()
         resolved = wf.plan(plan if plan is not None else strategy)
         manifest.workflow_manifest(wf)  # what cannot be data is refused before anything else
+        if ship_env:  # before the environment is packed (a minute) or anything runs
+            from subzero.engine.shipenv import check_ship_master
+            from subzero.engine.spark import resolve_master
+
+            check_ship_master(resolve_master(master))
         home = layout.resolve_home(home)
         prepare_catalog(home)  # a catalog elsewhere: reachable, and this home's
         return cls(wf, home,
@@ -103,4 +112,4 @@ class RunSpec:
                    strategy if plan is None else None,
                    None if inputs is None else MappingProxyType(dict(inputs)),
                    chunking or Chunking(), master, max_disk, fuse, workers,
-                   check_where(where))
+                   check_where(where), bool(ship_env))

@@ -34,7 +34,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from subzero.errors import SparkError
 
@@ -50,6 +50,9 @@ EXECUTOR_WAIT_S = 20.0
 #: ($SUBZERO_REGISTER_WAIT; not tied to the executor wait: a live master on a busy machine
 #: may take several seconds to accept, and that is not the missing worker it must name)
 REGISTER_WAIT_S = 20.0
+#: more seconds for that when the conf ships archives (``spark.archives``, e.g. a packed
+#: Python environment): before it registers, the driver copies and unpacks each one
+ARCHIVES_WAIT_S = 300.0
 #: seconds to wait for a TCP connection to a ``spark://`` master before starting the JVM
 CONNECT_TIMEOUT_S = 5.0
 MASTER_FORMS = ("local, local[N], local[N,F] (N threads or *, F tries per task), "
@@ -249,6 +252,8 @@ def _start_context(context_cls: Any, conf: Any, gateway: Any, master: str, log: 
     if not master.startswith("spark://"):
         return context_cls(conf=conf, gateway=gateway)
     wait = _wait("SUBZERO_REGISTER_WAIT", REGISTER_WAIT_S)
+    if conf.get("spark.archives"):  # the constructor first copies and unpacks them here
+        wait += ARCHIVES_WAIT_S
     expired = threading.Event()
 
     def give_up() -> None:
@@ -394,8 +399,14 @@ def _conf(want: str) -> Any:
 
 
 def get_spark(master: str | None = None, log_dir: str | os.PathLike | None = None,
-              notify: Callable[[str], None] | None = None) -> Any:
+              notify: Callable[[str], None] | None = None,
+              conf: Mapping[str, str] | None = None) -> Any:
     """The process's Spark :class:`Session`, started on first use.
+
+    ``conf``, when given, is set on the session's ``SparkConf`` over SubZero's own settings
+    (e.g. :func:`subzero.engine.shipenv.ship_conf`); its ``spark.pyspark.python``, if any,
+    is also the Python that executors start for this session's tasks (pyspark otherwise
+    takes ``$PYSPARK_PYTHON``). Ignored when the session runs already.
 
     A second call with a different master returns the running session (one session per
     process) and says so on stderr. ``notify(line)``, when given, hears
@@ -426,12 +437,14 @@ def get_spark(master: str | None = None, log_dir: str | os.PathLike | None = Non
 
         log_dir = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "subzero-logs"
         log_dir.mkdir(parents=True, exist_ok=True)
-        conf = _conf(want)
+        spark_conf = _conf(want)
+        for key, value in (conf or {}).items():
+            spark_conf.set(key, value)
         log_path = log_dir / "spark.log"
         log = open(log_path, "ab")
         try:
-            gateway = launch_gateway(conf, popen_kwargs={"stdout": log, "stderr": log})
-            sc = _start_context(SparkContext, conf, gateway, want, log_path)
+            gateway = launch_gateway(spark_conf, popen_kwargs={"stdout": log, "stderr": log})
+            sc = _start_context(SparkContext, spark_conf, gateway, want, log_path)
         except SparkError:
             raise
         except Exception as e:  # noqa: BLE001 - report Spark's start failure in one line
@@ -442,6 +455,8 @@ def get_spark(master: str | None = None, log_dir: str | os.PathLike | None = Non
         finally:
             log.close()
         sc.setLogLevel("ERROR")
+        if conf and "spark.pyspark.python" in conf:  # what pyspark's tasks will start
+            sc.pythonExec = conf["spark.pyspark.python"]
         if want.startswith("spark://"):
             _wait_for_executor(sc, want, log_path)
         _session = Session(sc)
@@ -475,8 +490,11 @@ def ship_user_code(spark: Any, records: Any) -> None:
     (the helpers a pipeline imports). A folder the executors already have on their
     ``PYTHONPATH`` is not shipped. ``records``: :class:`~subzero.codeid.ModuleRecord`."""
     sc = spark.sparkContext
-    on_path = {os.path.realpath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-               if p}
+    # the executors' PYTHONPATH: the driver's, unless the session's conf says otherwise
+    # (a shipped environment's executors get none of the driver's paths)
+    executor_path = sc.getConf().get("spark.executorEnv.PYTHONPATH",
+                                     os.environ.get("PYTHONPATH", ""))
+    on_path = {os.path.realpath(p) for p in executor_path.split(os.pathsep) if p}
     roots = {os.path.realpath(r.root) for r in records
              if r.distribution is None and r.root is not None}
     for root in sorted(roots - on_path):
