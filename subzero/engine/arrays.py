@@ -45,6 +45,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from subzero.cells import Box
+from subzero.engine import datastore
 from subzero.engine.chunkstore import (
     ChunkFiles, LocalChunkStore, array_name, chunk_file, grid_keys, item_span, missing_chunk)
 from subzero.engine.codec import RAW_BELOW
@@ -140,11 +141,15 @@ def create_array(path: Path, shape: Sequence[int], dtype: Any, chunks: Sequence[
     (2, 3)
     """
     path = Path(path)
-    if path.exists():
+    remote = datastore.mounted(path) is not None
+    if datastore.array_exists(path) if remote else path.exists():
         raise StoreError(f"array {path.name[:-5]!r} already exists at {path} (no overwrite)")
     dtype = np.dtype(dtype)
     chunks = tuple(max(1, int(c)) for c in chunks) or ()
     doc = array_metadata(shape, dtype, chunks) if sys.byteorder == "little" else None
+    if doc is not None and remote:
+        datastore.put_array_metadata(path, json.dumps(doc, indent=2).encode())
+        return
     if doc is not None:
         try:
             path.mkdir(parents=True)
@@ -163,7 +168,7 @@ def create_array(path: Path, shape: Sequence[int], dtype: Any, chunks: Sequence[
                         zarr.codecs.Crc32cCodec()]
     try:
         zarr.create_array(
-            store=str(path), shape=tuple(shape), chunks=chunks, dtype=_zarr_dtype(dtype),
+            store=_zarr_store(path), shape=tuple(shape), chunks=chunks, dtype=_zarr_dtype(dtype),
             fill_value=fill, overwrite=False, compressors=compressors,
             config={"write_empty_chunks": True}, attributes={ALL_CHUNKS: True},
         )
@@ -191,13 +196,26 @@ def open_array(path: Path, mode: str = "r") -> Any:
     import zarr  # zarr only once an array is touched (slow to import)
 
     path = Path(path)
-    if not path.exists():
+    if not (datastore.array_exists(path) if datastore.mounted(path) is not None
+            else path.exists()):
         raise StoreError(f"no array at {path}")
     if mode == "r":
-        return zarr.open_array(str(path), mode=mode)
+        return zarr.open_array(_zarr_store(path, read_only=True), mode=mode)
     # write every chunk, fill values too (zarr's default skips them), so that a chunk file
     # missing later is damage (:func:`check_chunks`); the setting is per array object
-    return zarr.open_array(str(path), mode=mode).with_config({"write_empty_chunks": True})
+    return zarr.open_array(_zarr_store(path), mode=mode).with_config(
+        {"write_empty_chunks": True})
+
+
+def _zarr_store(path: Path, read_only: bool = False) -> Any:
+    """What zarr opens the array at ``path`` through: its folder, or in an object-store
+    home zarr's own store over the same objects (:class:`zarr.storage.ObjectStore`)."""
+    m = datastore.mounted(path)
+    if m is None:
+        return str(path)
+    from zarr.storage import ObjectStore
+
+    return ObjectStore(m.store.client_at(m.key(path)), read_only=read_only)
 
 
 def write_block(path: Path, box: Box, block: np.ndarray,
@@ -246,7 +264,10 @@ def write_block(path: Path, box: Box, block: np.ndarray,
 def remove_leftovers(path: Path) -> int:
     """Remove the temporary chunk files under the array at ``path`` that writers killed
     mid-write left (:meth:`LocalChunkStore.remove_leftovers`): call only once no writer
-    can still be running there (its Spark job has ended). Returns how many."""
+    can still be running there (its Spark job has ended). Returns how many (none in
+    object storage, where a chunk is one PUT and nothing temporary is stored)."""
+    if datastore.mounted(path) is not None:
+        return 0
     return LocalChunkStore(Path(path)).remove_leftovers()
 
 
@@ -260,8 +281,10 @@ def check_chunks(path: Path, arr: Any, box: Box | None = None) -> None:
     missing (arrays written with every chunk only: others skip chunks of fill values)."""
     if not arr.attrs.get(ALL_CHUNKS):
         return
+    m = datastore.mounted(path)
     for key in chunk_keys(arr, box):
-        if not chunk_file(path, key).is_file():
+        if not (chunk_file(path, key).is_file() if m is None
+                else m.store.exists(m.key(chunk_file(path, key)))):
             raise missing_chunk(path, key)
 
 
@@ -329,6 +352,8 @@ def direct_files(path: Path) -> "ChunkFiles | None":
     """The array at ``path`` as :class:`ChunkFiles`, if it is one that class reads and
     writes exactly as zarr does and whose every chunk is written (:data:`ALL_CHUNKS`: a
     missing chunk file is damage, never fill values); None otherwise (use zarr)."""
+    if datastore.mounted(path) is not None:
+        return _all_chunks(datastore.array_files(path))
     try:
         st = os.stat(Path(path, "zarr.json"))
     except OSError:
@@ -337,18 +362,23 @@ def direct_files(path: Path) -> "ChunkFiles | None":
     with _direct_lock:
         if key in _DIRECT:
             return _DIRECT[key]
-    files = ChunkFiles.open(Path(path))
+    files = _all_chunks(ChunkFiles.open(Path(path)))
+    with _direct_lock:
+        if len(_DIRECT) >= _DIRECT_MAX:
+            _DIRECT.clear()
+        _DIRECT[key] = files
+    return files
+
+
+def _all_chunks(files: "ChunkFiles | None") -> "ChunkFiles | None":
+    """``files`` if its array has every chunk written (:data:`ALL_CHUNKS`), else None."""
     if files is not None:
         try:
             attrs = json.loads(files.meta or b"{}").get("attributes") or {}
         except ValueError:
             attrs = {}
         if not attrs.get(ALL_CHUNKS):
-            files = None
-    with _direct_lock:
-        if len(_DIRECT) >= _DIRECT_MAX:
-            _DIRECT.clear()
-        _DIRECT[key] = files
+            return None
     return files
 
 
@@ -377,7 +407,9 @@ def write_array(path: Path, data: np.ndarray, chunks: Sequence[int]) -> None:
 
 
 def stored_bytes(path: Path) -> int:
-    """Bytes the array takes on disk (all files under it)."""
+    """Bytes the array takes on disk (all files under it), or in object storage."""
+    if datastore.mounted(path) is not None:
+        return datastore.stored_bytes(path)
     total = 0
     for root, _dirs, files in os.walk(path):
         for f in files:

@@ -221,6 +221,24 @@ class ChunkStore(ABC):
         data = self.read(key)
         return without_checksum(data) if crc else (data or None)
 
+    def frame_part(self, key: Key, crc: bool, span: tuple[int, int], itemsize: int) -> Any:
+        """The Blosc frame of chunk ``key`` as far as decoding the items ``span`` (C order
+        within the chunk) needs it: a store that reads by range may return a frame of the
+        chunk's length whose header, block offsets and blocks holding ``span`` are read and
+        whose other bytes are not (then unchecked against the checksum, which covers the
+        whole file). The default is :meth:`frame`.
+
+        Parameters
+        ----------
+        key, crc
+            As for :meth:`frame`.
+        span
+            The items to decode.
+        itemsize
+            The array's bytes per item.
+        """
+        return self.frame(key, crc)
+
     def write_direct(self, key: Key, parts: Sequence[Any]) -> Future | None:
         """Store chunk ``key`` as :meth:`write` does, past the page cache where the store
         can (a run's arrays that no later stage reads).
@@ -434,7 +452,7 @@ class PartChunk:
         with self._lock:
             if not decoder.whole:
                 files, key = self.files, self.key
-                frame = files._map(key)
+                frame = files._map(key, span)
                 try:
                     decoder.decode(frame, span)
                 except (RuntimeError, ValueError, TypeError, IndexError) as e:
@@ -637,10 +655,13 @@ class ChunkFiles:
         """Chunk ``key`` to decode block by block, as its cells are asked for."""
         return PartChunk(self, key)
 
-    def _map(self, key: Key) -> Any:
+    def _map(self, key: Key, span: tuple[int, int] | None = None) -> Any:
         """Chunk ``key``'s Blosc frame from the store (None: an empty file; missing, or not
-        matching its checksum: DamagedError)."""
+        matching its checksum: DamagedError); of a store that reads by range, only what
+        decoding the items ``span`` needs (:meth:`ChunkStore.frame_part`)."""
         try:
+            if span is not None:
+                return self.store.frame_part(key, self.crc, span, self.dtype.itemsize)
             return self.store.frame(key, self.crc)
         except FileNotFoundError:
             raise missing_chunk(self.path, key) from None

@@ -333,10 +333,15 @@ def _proc_doc(p: Proc) -> dict[str, Any]:
 
 
 def start_cluster(dir: str | os.PathLike = DEFAULT_DIR, workers: int = 2, cores: int = 1,
-                  memory: str = "2g", timeout: float = START_TIMEOUT_S) -> Cluster:
+                  memory: str = "2g", timeout: float = START_TIMEOUT_S,
+                  separate_scratch: bool = False) -> Cluster:
     """Start a master and ``workers`` workers on 127.0.0.1 and wait until every worker has
     registered; returns the :class:`Cluster` (a context manager that stops it). A cluster
-    that does not come up is stopped again and raises :class:`ClusterError`."""
+    that does not come up is stopped again and raises :class:`ClusterError`.
+
+    ``separate_scratch`` gives each worker a scratch folder of its own
+    (``local/worker-N``), as workers on separate machines have: nothing one worker writes
+    there is seen by another."""
     if workers < 1 or cores < 1:
         raise ClusterError(f"--workers {workers} --cores {cores}: expected positive integers")
     if not _MEMORY.fullmatch(memory):
@@ -361,10 +366,16 @@ def start_cluster(dir: str | os.PathLike = DEFAULT_DIR, workers: int = 2, cores:
         cl.save()
         for i in range(workers):
             wport, wweb = _free_port(), _free_port()
+            wenv = env
+            if separate_scratch:
+                scratch = d / "local" / f"worker-{i}"
+                scratch.mkdir(parents=True, exist_ok=True)
+                wenv = dict(env, SPARK_LOCAL_DIRS=str(scratch))
             w = _launch(f"worker-{i}", [
                 WORKER_CLASS, "--host", HOST, "--port", str(wport), "--webui-port", str(wweb),
                 "--cores", str(cores), "--memory", memory,
-                "--work-dir", str(d / "work" / f"worker-{i}"), cl.master_url], env, d / "logs")
+                "--work-dir", str(d / "work" / f"worker-{i}"), cl.master_url], wenv,
+                d / "logs")
             w.port, w.webui_port = wport, wweb
             cl.workers.append(w)
             cl.save()

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from subzero.engine import layout
+from subzero.engine import datastore, layout
 from subzero.engine.catalog import Catalog
 from subzero.engine.catalog.base import without_password
 from subzero.errors import CatalogError
@@ -125,6 +125,10 @@ def read_config(home: Path) -> HomeConfig | None:
     """
     path = config_path(home)
     try:
+        if datastore.mounted(home) is not None:
+            datastore.mounted(home).check()  # endpoint, credentials, bucket: one line
+            if not datastore.pull(path):
+                return None
         doc = json.loads(path.read_text())
     except FileNotFoundError:
         return None
@@ -151,10 +155,14 @@ def _write_config(home: Path, config: HomeConfig) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+    datastore.push(path)
 
 
 def home_exists(home: Path) -> bool:
-    """Whether ``home`` holds a catalog (an SQLite file, or a configuration naming one)."""
+    """Whether ``home`` holds a catalog (an SQLite file, or a configuration naming one;
+    an object-store home's configuration is fetched)."""
+    if datastore.mounted(home) is not None:
+        return read_config(home) is not None
     return layout.catalog_path(home).is_file() or config_path(home).is_file()
 
 
@@ -212,9 +220,14 @@ def open_catalog(home: str | os.PathLike | Path, url: str | None = None, *,
     if home.exists() and not home.is_dir():
         raise CatalogError(f"SubZero home {home} is a file; expected a folder (--home DIR)")
     if not create and not home_exists(home):
-        raise CatalogError(f"no SubZero home at {home} (run a workflow first, or pass --home)")
+        raise CatalogError(f"no SubZero home at {datastore.remote_url(home) or home} (run a "
+                           "workflow first, or pass --home)")
     which = catalog_url(home, url)
     if which == "sqlite":
+        if datastore.mounted(home) is not None:
+            raise CatalogError(f"the object-store home {datastore.mounted(home).url} needs a "
+                               "PostgreSQL catalog (--catalog postgresql://USER@HOST:PORT/DB "
+                               "or $SUBZERO_CATALOG); an SQLite file cannot live there")
         return Catalog(layout.catalog_path(home))
     from subzero.engine.catalog.postgres import PostgresCatalog
 
@@ -236,7 +249,7 @@ def prepare_catalog(home: str | os.PathLike | Path) -> None:
     home = Path(home)
     if home.exists() and not home.is_dir():
         raise CatalogError(f"SubZero home {home} is a file; expected a folder (--home DIR)")
-    if catalog_url(home) != "sqlite":
+    if catalog_url(home) != "sqlite" or datastore.mounted(home) is not None:
         open_catalog(home, create=True).close()
 
 

@@ -9,7 +9,9 @@
     <home>/runs/<run>/lineage/<op>/<strategy>/<chunk>/ one lineage shard
     <home>/logs/spark.log                              Spark's own log output
 
-Home is ``--home``, else ``$SUBZERO_HOME``, else ``./subzero-home``.
+Home is ``--home``, else ``$SUBZERO_HOME``, else ``./subzero-home``; an object-store home
+(``s3://bucket/prefix``) has the same layout as objects, under the local folder it is
+mounted at (:mod:`subzero.engine.datastore`).
 
 >>> from pathlib import Path
 >>> shard_dir(Path("/h"), "r1", "smooth", "full-one-bwd", (0, 1)).as_posix()
@@ -52,6 +54,11 @@ def resolve_home(home: str | os.PathLike | None = None) -> Path:
         raise StoreError(f"--home {str(home)!r}: expected a folder (leave --home out for "
                          "$SUBZERO_HOME or ./subzero-home)")
     h = home or os.environ.get("SUBZERO_HOME") or DEFAULT_HOME
+    if isinstance(h, str) and h.startswith("s3://"):
+        # object storage, seen through a local folder (subzero.engine.datastore)
+        from subzero.engine.datastore import mount
+
+        return mount(h)
     try:
         return Path(h).expanduser().resolve()
     except (RuntimeError, OSError, ValueError) as e:  # RuntimeError: a loop, or no ~user

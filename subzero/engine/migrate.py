@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from subzero import manifest
-from subzero.engine import layout
+from subzero.engine import datastore, layout
 from subzero.engine.catalog import Catalog
 from subzero.engine.homeconfig import open_catalog
 from subzero.errors import SubZeroError, WorkflowError
@@ -125,7 +125,9 @@ def write_manifest(home: Path, rid: str, blobs: dict[str, bytes], data: bytes) -
         folder.mkdir(parents=True, exist_ok=True)
         for name, blob in blobs.items():
             _write_whole(folder / name, blob)
+            datastore.push(folder / name)
     _write_whole(layout.manifest_path(home, rid), data)
+    datastore.push(layout.manifest_path(home, rid))
 
 
 def _write_whole(path: Path, data: bytes) -> None:

@@ -58,6 +58,7 @@ from urllib.parse import urlparse
 from encoders.store import check_shard_files, shard_checksum
 from subzero import settings
 from subzero.engine.chunkstore import ChunkFiles, ChunkStore, Key, chunk_file
+from subzero.engine.codec import blosc_blocks, blosc_sizes
 from subzero.errors import DamagedError, StoreError
 
 __all__ = ["ObjectStore", "TransferStats", "S3ChunkStore", "open_files", "upload_shard",
@@ -80,6 +81,9 @@ READ_TIMEOUT_S = settings.define(
     module=__name__)
 #: files larger than this go up in parts of this size (S3's smallest part is 5 MiB)
 PART_BYTES = 8 << 20
+#: bytes of a chunk's frame a ranged read asks for first: its header and the offsets of up
+#: to 1,020 blocks (:meth:`S3ChunkStore.frame_part`)
+FRAME_HEAD = 16 + 4 * 1020
 #: keys a LIST request answers at most (S3's page)
 LIST_PAGE = 1000
 #: the overall time :meth:`ObjectStore.check` allows a request, retries included
@@ -308,7 +312,8 @@ class ObjectStore:
         return self._cfg.where()
 
     # -- the client ------------------------------------------------------------------------
-    def _make(self, timeout: float | None, retries: int, retry_s: float) -> Any:
+    def _make(self, timeout: float | None, retries: int, retry_s: float,
+              prefix: str | None = None) -> Any:
         from obstore.store import S3Store  # only once a store is used (see the module)
 
         cfg = self._cfg
@@ -330,7 +335,8 @@ class ObjectStore:
                  "backoff": {"init_backoff": timedelta(milliseconds=100),
                              "max_backoff": timedelta(seconds=2), "base": 2}}
         try:
-            return S3Store(self.bucket, prefix=self.prefix or None, config=config,
+            return S3Store(self.bucket, prefix=(prefix if prefix is not None else self.prefix)
+                           or None, config=config,
                            client_options=client, retry_config=retry)
         except Exception as e:  # obstore's configuration errors
             raise StoreError(f"cannot use the object store {self.url} at {self.endpoint}: "
@@ -344,6 +350,14 @@ class ObjectStore:
                 if self._client is None:
                     self._client = self._make(None, RETRIES, 30.0)
         return self._client
+
+    def client_at(self, key: str) -> Any:
+        """An :class:`obstore.store.S3Store` whose keys are relative to ``key`` (a folder
+        of this store): what zarr's own :class:`zarr.storage.ObjectStore` is given for
+        one array."""
+        inner = self._key(key.strip("/"))
+        return self._make(None, RETRIES, 30.0,
+                          prefix=f"{self.prefix}/{inner}" if self.prefix else inner)
 
     def _error(self, e: BaseException, what: str) -> BaseException:
         """The error to raise for obstore's ``e`` while doing ``what``: FileNotFoundError
@@ -539,18 +553,49 @@ class ObjectStore:
         StoreError
             The request failed (one line).
         """
+        return sorted(self.sizes(prefix))
+
+    def sizes(self, prefix: str = "") -> dict[str, int]:
+        """The keys under ``prefix`` (as :meth:`list` finds them) with their sizes in
+        bytes.
+
+        Raises
+        ------
+        StoreError
+            The request failed (one line).
+        """
         import obstore
 
-        keys: list[str] = []
+        out: dict[str, int] = {}
         try:
             for batch in obstore.list(self.client, prefix=prefix.strip("/") or None,
                                       chunk_size=LIST_PAGE):
-                keys += [m["path"] for m in batch]
+                out.update((m["path"], int(m["size"])) for m in batch)
         except Exception as e:
             raise self._error(e, f"LIST {prefix}") from None
         finally:
-            self.stats.add("LIST", max(1, -(-len(keys) // LIST_PAGE)))
-        return sorted(keys)
+            self.stats.add("LIST", max(1, -(-len(out) // LIST_PAGE)))
+        return out
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """Remove objects ``keys`` (those that exist), in batches of S3's bulk delete.
+
+        Raises
+        ------
+        StoreError
+            A request failed (one line).
+        """
+        import obstore
+
+        keys = list(keys)
+        for i in range(0, len(keys), LIST_PAGE):
+            batch = [self._key(k) for k in keys[i:i + LIST_PAGE]]
+            try:
+                obstore.delete(self.client, batch)
+            except Exception as e:
+                raise self._error(e, f"DELETE {batch[0]}...") from None
+            finally:
+                self.stats.add("DELETE")
 
     def delete(self, key: str) -> None:
         """Remove object ``key`` (nothing when there is none).
@@ -580,20 +625,12 @@ class ObjectStore:
         StoreError
             ``prefix`` is empty (the whole store: refused), or a request failed.
         """
-        import obstore
 
         if not prefix.strip("/"):
             raise StoreError(f"delete_prefix needs a prefix inside {self.url}; got "
                              f"{prefix!r} instead.")
         keys = self.list(prefix)
-        for i in range(0, len(keys), LIST_PAGE):
-            batch = keys[i:i + LIST_PAGE]
-            try:
-                obstore.delete(self.client, batch)
-            except Exception as e:
-                raise self._error(e, f"DELETE {prefix}") from None
-            finally:
-                self.stats.add("DELETE")
+        self.delete_many(keys)
         return len(keys)
 
     def exists(self, key: str, missing_raises: bool = False) -> bool:
@@ -664,6 +701,35 @@ class S3ChunkStore(ChunkStore):
 
     def write(self, key: Key, parts: Sequence[Any]) -> None:
         self.store.put(self.name(key), b"".join(parts))
+
+    def frame_part(self, key: Key, crc: bool, span: tuple[int, int], itemsize: int) -> Any:
+        """Ranged reads: the frame's header and block offsets, then the bytes of the
+        blocks holding ``span`` in one ranged GET, laid into a frame of the chunk's
+        length; the whole chunk (checked) when those blocks are half of it or more, or the
+        frame has no blocks of its own. An object is written whole by one PUT and never
+        changed, so what a ranged read returns is what was uploaded; the chunk's checksum
+        covering the whole file is checked when a chunk is read whole."""
+        name = self.name(key)
+        head = self.store.get_range(name, 0, FRAME_HEAD)
+        nbytes, bsize, cbytes = blosc_sizes(head)
+        if nbytes <= 0 or bsize <= 0 or bsize % itemsize or cbytes < 16:
+            return self.frame(key, crc)
+        index = 16 + 4 * -(-nbytes // bsize)
+        if index > len(head) and index <= cbytes:
+            head += self.store.get_range(name, len(head), index)
+        frame = bytearray(cbytes)
+        frame[:min(index, len(head), cbytes)] = head[:min(index, cbytes)]
+        got = blosc_blocks(frame, itemsize)
+        if got is None:  # stored raw, or a header that does not hold together
+            return self.frame(key, crc)
+        _, starts, ends = got
+        per = bsize // itemsize
+        b0, b1 = span[0] // per, (max(span[1], span[0] + 1) - 1) // per + 1
+        lo, hi = int(starts[b0:b1].min()), int(ends[b0:b1].max())
+        if 2 * (hi - lo) >= cbytes:
+            return self.frame(key, crc)
+        frame[lo:hi] = self.store.get_range(name, lo, hi)
+        return memoryview(frame)
 
     def list_keys(self) -> list[Key]:
         base = f"{self.root}/c"

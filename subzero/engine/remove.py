@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from subzero.engine import layout
+from subzero.engine import datastore, layout
 from subzero.engine.catalog import Catalog
 from subzero.engine.catalog.schema import SCHEMA
 from subzero.engine.homeconfig import home_exists, open_catalog
@@ -324,14 +324,19 @@ def _remove(cat: Catalog, home: Path, info: dict[str, Any], why: str, removing: 
     """Steps 2a-2d for one run (under ``dry_run``, only the bytes it would free)."""
     rid = info["id"]
     done = Removed(rid, info["workflow"], info["status"], 0, why, info.get("parent"))
+    remote = datastore.mounted(home) is not None
     if dry_run:
-        done.bytes = _tree(str(layout.run_dir(home, rid)), seen, False, rid)
+        done.bytes = (datastore.tree_bytes(layout.run_dir(home, rid)) if remote
+                      else _tree(str(layout.run_dir(home, rid)), seen, False, rid))
         return done
     if not _forget(cat, rid, removing, links):
         return None
-    moved = _move_away(cat, home, rid)
-    if moved is not None:
-        done.bytes = _delete(moved, seen, rid)
+    if remote:  # its objects, then this machine's copies of its small files
+        done.bytes = datastore.remove_tree(layout.run_dir(home, rid))
+    else:
+        moved = _move_away(cat, home, rid)
+        if moved is not None:
+            done.bytes = _delete(moved, seen, rid)
     with cat.tx() as db:
         db.execute("UPDATE removed_runs SET bytes = ?, done = ? WHERE id = ?",
                    (done.bytes, time.time(), rid))
@@ -361,6 +366,8 @@ def finish_removals(cat: Catalog, home: Path, dry_run: bool = False,
         alone).
     """
     root = layout.run_dir(home, "x").parent
+    if datastore.mounted(home) is not None:
+        return _finish_remote(cat, home, dry_run)
     try:  # listed before the catalog is read: a new run's row is made before its folder
         names = sorted(os.listdir(root), key=_seq_key)
     except (FileNotFoundError, NotADirectoryError):
@@ -398,6 +405,39 @@ def finish_removals(cat: Catalog, home: Path, dry_run: bool = False,
                                    freed, "left by an interrupted removal", row.get("parent")))
     if not dry_run and cat.db.execute(  # removals killed after their folder was deleted
             "SELECT 1 FROM removed_runs WHERE done IS NULL LIMIT 1").fetchone():
+        with cat.tx() as db:
+            db.execute("UPDATE removed_runs SET done = ? WHERE done IS NULL AND id NOT IN "
+                       "(SELECT id FROM runs)", (time.time(),))
+    return removed, kept
+
+
+def _finish_remote(cat: Catalog, home: Path, dry_run: bool
+                   ) -> tuple[list[Removed], list[Kept]]:
+    """:func:`finish_removals` for an object-store home: the objects of runs the catalog
+    removed (a removal interrupted after its rows went) are deleted; objects of a run
+    neither listed nor removed are left alone, said as kept."""
+    names = datastore.run_names(home)  # before the catalog is read, as for a folder
+    listed = {r[0] for r in cat.db.execute("SELECT id FROM runs")}
+    gone = {r["id"]: dict(r) for r in cat.db.execute(
+        "SELECT * FROM removed_runs ORDER BY seq")}
+    removed: list[Removed] = []
+    kept: list[Kept] = []
+    for rid in sorted(set(names) - listed, key=_seq_key):
+        where = f"{datastore.mounted(home).url.rstrip('/')}/runs/{rid}/"
+        if not RUN_NAME.fullmatch(rid) or rid not in gone:
+            kept.append(Kept(rid, f"objects under {where} are neither a run of the catalog "
+                                  "nor one it removed: left alone"))
+            continue
+        row = gone[rid]
+        run = layout.run_dir(home, rid)
+        freed = datastore.tree_bytes(run) if dry_run else datastore.remove_tree(run)
+        if not dry_run:
+            with cat.tx() as db:
+                db.execute("UPDATE removed_runs SET bytes = COALESCE(bytes, 0) + ?, done = ? "
+                           "WHERE id = ?", (freed, time.time(), rid))
+        removed.append(Removed(rid, row.get("workflow", "?"), row.get("status", "?"), freed,
+                               "left by an interrupted removal", row.get("parent")))
+    if not dry_run:
         with cat.tx() as db:
             db.execute("UPDATE removed_runs SET done = ? WHERE done IS NULL AND id NOT IN "
                        "(SELECT id FROM runs)", (time.time(),))

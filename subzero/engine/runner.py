@@ -55,7 +55,7 @@ import numpy as np
 from encoders.store import remove_unpublished
 from subzero.cells import Box, size_of
 from subzero.chunking import Chunking, chunk_grid, task_grid
-from subzero.engine import arrays, layout
+from subzero.engine import arrays, datastore, layout
 from subzero.engine.capacity import check_fits
 from subzero.engine.catalog import Catalog, shard_row
 from subzero.engine.homeconfig import open_catalog
@@ -675,12 +675,19 @@ def _enforce_budget(r: _Run, st: _Stage) -> None:
         return
     op_dir = layout.strategy_dir(r.home, r.rid, st.name, "x").parent
     root = op_dir.parent
+    remote = datastore.mounted(op_dir) is not None
     first = r.lineage_disk == 0  # the lineage folder itself counts once, with the first shards
-    need = disk_bytes(op_dir) + (os.lstat(root).st_size if first and root.is_dir() else 0)
+    if remote:  # objects: their bytes, as the tasks uploaded them
+        need = sum(int(row.get("data_bytes") or 0) + int(row.get("index_bytes") or 0)
+                   for row in st.rows)
+    else:
+        need = disk_bytes(op_dir) + (os.lstat(root).st_size if first and root.is_dir() else 0)
     if r.lineage_disk + need <= r.max_disk:
         r.lineage_disk += need
         return
     dropped = [s.name for s in st.strategies if s.stored]
+    if remote:
+        datastore.remove_tree(op_dir)
     shutil.rmtree(op_dir, ignore_errors=True)
     try:  # the lineage folder goes too when nothing else is in it (later steps' shards may be)
         root.rmdir()
@@ -861,6 +868,9 @@ def _finish(r: _Run, runtime: float) -> None:
             for s in strategies:
                 if s.stored:
                     remove_unpublished(layout.strategy_dir(r.home, r.rid, name, s.name))
+    # an object-store home: the shard objects of attempts that lost (retried tasks,
+    # speculative copies, lost workers) go; the catalog names each chunk's winner
+    datastore.sweep_attempts(r.home, r.rid, [row["path"] for row in r.cat.shards(r.rid)])
     if r.max_disk is not None:
         r.cat.set_statistics(r.rid, "*", "*", {"max_disk": float(r.max_disk),
                                                "lineage_disk_bytes": float(r.lineage_disk)})
@@ -894,6 +904,24 @@ def run_workflow(
                          chunking=chunking, master=master, max_disk=max_disk, label=label,
                          fuse=fuse, workers=workers, where=where)
     return execute(spec, spark=spark, notify=notify, on_progress=on_progress)
+
+
+def _spark_conf(spec: RunSpec, master: str,
+                notify: Callable[[str], None] | None) -> dict[str, str]:
+    """What a session started for this run sets beyond SubZero's own settings: the packed
+    environment (``spec.ship_env``), and for an object-store home the AWS variables its
+    executors reach the store with (executors share nothing else with the driver)."""
+    conf: dict[str, str] = {}
+    if spec.ship_env:
+        from subzero.engine import shipenv
+
+        archive = shipenv.packed_environment(
+            shipenv.default_cache_dir(),
+            notify=None if notify is None else lambda line: notify(line))
+        conf.update(shipenv.ship_conf(archive, master=master))
+    if datastore.remote_url(spec.home) is not None:
+        conf.update(datastore.executor_env())
+    return conf
 
 
 def execute(spec: RunSpec, spark: Any = None, notify: Callable[[str], None] | None = None,
@@ -940,6 +968,7 @@ def execute(spec: RunSpec, spark: Any = None, notify: Callable[[str], None] | No
     if spark is not None and where == "auto":
         where = "spark"  # a caller that hands over a session runs on it
     want = check_master(resolve_master(master))
+    conf = _spark_conf(spec, want, notify)
     if spark is None and active_session() is not None:  # the process's one session (says
         spark = get_spark(master, layout.logs_dir(home))  # so if it runs another master)
     warm = spark is not None
@@ -947,7 +976,7 @@ def execute(spec: RunSpec, spark: Any = None, notify: Callable[[str], None] | No
         want = str(spark.sparkContext.master)
     cores = local_cores(want) if spark is None else int(spark.sparkContext.defaultParallelism)
     if spark is None and cores is None and where != "driver":  # a cluster's own parallelism
-        spark = get_spark(master, layout.logs_dir(home), notify=notify)
+        spark = get_spark(master, layout.logs_dir(home), notify=notify, conf=conf)
         cores = int(spark.sparkContext.defaultParallelism)
     cores = cores or local_cores("local[*]") or 1
     if notify is not None:
@@ -970,7 +999,7 @@ def execute(spec: RunSpec, spark: Any = None, notify: Callable[[str], None] | No
             notify(f"running in this process, not as Spark jobs ({placed.why}"
                    + ("" if where == "driver" else "; --where spark to use Spark") + ")")
     elif spark is None:
-        spark = get_spark(master, layout.logs_dir(home), notify=notify)
+        spark = get_spark(master, layout.logs_dir(home), notify=notify, conf=conf)
     cat = open_catalog(home, create=True)
     with _no_space("the catalog", home):
         rid = cat.create_run(

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from subzero.engine import layout
+from subzero.engine import datastore, layout
 from subzero.engine.arrays import read_array, read_box
 from subzero.engine.catalog import Catalog
 from subzero.engine.homeconfig import open_catalog
@@ -154,6 +154,7 @@ def read_manifest(home: Path, rid: str, info: Mapping[str, Any],
         raise DamagedError(f"run {rid} has no manifest recorded in the catalog; run "
                            f"'subzero verify {rid}'")
     try:
+        datastore.pull(path)  # an object-store home's: fetched once, checked below
         data = path.read_bytes()
     except FileNotFoundError:
         raise DamagedError(f"run {rid} has lost its manifest {path}; run 'subzero verify "
@@ -201,6 +202,7 @@ def load_workflow(home: Path, rid: str, info: Mapping[str, Any],
 
     def blob(name: str) -> bytes:
         try:
+            datastore.pull(params / name)
             return (params / name).read_bytes()
         except OSError:
             raise CodeError(f"run {rid} has lost array parameter {params / name}") from None

@@ -16,7 +16,7 @@ import time
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -26,7 +26,7 @@ import numpy as np
 from encoders.sink import write_shard
 from subzero.cells import Box
 from subzero.chunking import chunk_key
-from subzero.engine import arrays, layout
+from subzero.engine import arrays, datastore, layout
 from subzero.engine.direct import wait_written
 from subzero.engine.heap import freeze_worker_objects
 from subzero.errors import DamagedError, SubZeroError, WorkflowError
@@ -154,8 +154,14 @@ def store_shards(job: TaskJob, full: PairBatch | None, pay: PairBatch | None,
         ts = time.perf_counter()
         spec = layout.shard_spec(Path(job.home), job.run, op.name, s, ch.index, ch.out_box,
                                  ch.out_shape, ch.in_shapes, _attempt())
-        stats = write_shard(spec, full if s.mode is Mode.FULL else pay,
-                            (same_as or {}).get(s.name))
+        pairs, same = full if s.mode is Mode.FULL else pay, (same_as or {}).get(s.name)
+        if datastore.mounted(spec.path) is None:
+            stats = write_shard(spec, pairs, same)
+        else:  # built in local scratch, uploaded under a key of this attempt's own
+            stats = datastore.publish_shard(
+                spec.path, spec.attempt,
+                lambda local, spec=spec, pairs=pairs, same=same: write_shard(
+                    replace(spec, path=str(local)), pairs, same))
         stats.setdefault("encode_s", time.perf_counter() - ts)
         stats["strategy"] = s.name
         stats["chunk"] = chunk_key(ch.index)
@@ -501,12 +507,16 @@ def _run(fn: Callable[[Any], Any], jobs: Sequence[Any], spark: Any | None, label
         return [fn(j) for j in jobs]
     sc = spark.sparkContext
     sc.setJobDescription(label)
-    return sc.parallelize(list(jobs), len(jobs)).map(partial(_on_worker, fn)).collect()
+    return sc.parallelize(list(jobs), len(jobs)).map(
+        partial(_on_worker, fn, datastore.table())).collect()
 
 
-def _on_worker(fn: Callable[[Any], Any], job: Any) -> Any:
+def _on_worker(fn: Callable[[Any], Any], mounts: dict[str, str], job: Any) -> Any:
     """``fn(job)`` in a Spark worker, the objects alive at the task's start frozen first
-    (:func:`subzero.engine.heap.freeze_worker_objects`)."""
+    (:func:`subzero.engine.heap.freeze_worker_objects`), and the object-store homes the
+    driver mounted mounted here too (:func:`subzero.engine.datastore.install`)."""
+    if mounts:
+        datastore.install(mounts)
     freeze_worker_objects()
     return fn(job)
 

@@ -35,7 +35,7 @@ import numpy as np
 
 from encoders.lookup import open_shard, open_shared
 from encoders.store import BLOBS, LmdbShard, check_shard_files, read_meta
-from subzero.engine import arrays, layout
+from subzero.engine import arrays, datastore, layout
 from subzero.engine.catalog import Catalog
 from subzero.engine.homeconfig import open_catalog
 from subzero import manifest
@@ -122,10 +122,14 @@ def read_whole_shard(path: str | os.PathLike) -> int:
 
 def _check_shard(home: Path, row: dict[str, Any], report: Report) -> None:
     what = f"{row['op']}/{row['strategy']}/{row['chunk']}"
-    path = home / row["path"]
     report.shards += 1
     if not row.get("checksum"):
         report.unchecksummed += 1
+    try:  # an object-store home's shard: fetched into the cache, checked as it arrives
+        path = Path(datastore.shard_folder(home, row))
+    except StoreError as e:
+        report.problems.append(Problem("shard", what, str(e).split("; run 'subzero")[0]))
+        return
     problem = check_shard_files(path, row.get("checksum"))
     if problem is not None:
         report.problems.append(Problem("shard", what, f"{problem} ({path})"))
@@ -152,7 +156,8 @@ def _same_dtype(have: np.dtype, want: str) -> bool:
 def _check_array(home: Path, rid: str, name: str, row: dict[str, Any], report: Report) -> None:
     path = layout.array_path(home, rid, name)
     report.arrays += 1
-    if not path.is_dir():
+    remote = datastore.mounted(path)
+    if not (datastore.array_exists(path) if remote else path.is_dir()):
         report.problems.append(Problem("array", name, f"missing ({path})"))
         return
     try:
@@ -170,7 +175,7 @@ def _check_array(home: Path, rid: str, name: str, row: dict[str, Any], report: R
     for key in arrays.chunk_keys(arr):
         label = ".".join(map(str, key)) or "0"
         f = arrays.chunk_file(path, key)
-        if not f.is_file():
+        if not (remote.store.exists(remote.key(f)) if remote else f.is_file()):
             if every:
                 report.problems.append(Problem("array", f"{name} chunk {label}", f"missing ({f})"))
             continue
@@ -188,7 +193,8 @@ def _check_catalog(home: Path, rid: str, info: dict[str, Any],
                    cat_ops: dict[str, dict[str, Any]], shard_rows: list[dict[str, Any]],
                    names: set[str], report: Report) -> None:
     run_dir = layout.run_dir(home, rid)
-    if not run_dir.is_dir():
+    remote = datastore.mounted(home) is not None
+    if not (rid in datastore.run_names(home) if remote else run_dir.is_dir()):
         report.problems.append(Problem("catalog", rid, f"the run's folder is missing ({run_dir})"))
         return
     if info["status"] == "complete":
@@ -198,6 +204,8 @@ def _check_catalog(home: Path, rid: str, info: dict[str, Any],
             CodeGate(manifest.module_records(doc), home=home).check_all()
         except (StoreError, CodeError) as e:
             report.problems.append(Problem("catalog", rid, str(e).split("; run 'subzero")[0]))
+    if remote:  # objects no row names are swept by the run and by 'subzero gc'
+        return
     listed = {os.path.normpath(home / r["path"]) for r in shard_rows}
     lineage = run_dir / "lineage"
     if lineage.is_dir():

@@ -10,7 +10,6 @@ payload answer for the cells that stored a payload. The payload functions are ap
 
 from __future__ import annotations
 
-import os
 from typing import Any, Sequence
 
 import lmdb
@@ -19,6 +18,7 @@ import numpy as np
 from encoders.base import LookupTimeout, check_deadline
 from encoders.lookup import ShardReader, open_shared, shared_shard
 from encoders.store import check_shard_files
+from subzero.engine import datastore
 from subzero.errors import DamagedError, StoreError
 from subzero.frontier import Frontier, FrontierUnion
 from subzero.lineage import PairBatch, group_by_payload, payload_lineage
@@ -103,9 +103,12 @@ class ShardReaders:
         reader = self._by_row.get(row["path"])
         if reader is not None:
             return reader
-        key = os.path.join(self.home, row["path"])  # the home is already absolute
+        # the home is already absolute; an object-store home's shard is fetched into the
+        # local cache once, checked against the row's checksum as it arrives
+        key = datastore.shard_folder(self.home, row, fetch=False)
         raw = open_shared(key)
         if raw is None:
+            key = datastore.shard_folder(self.home, row)
             problem = check_shard_files(key, row.get("checksum"))
             if problem is not None:
                 raise damaged(row, problem)
@@ -122,7 +125,8 @@ class ShardReaders:
         counted again only after some reader was opened)."""
         n, stamp = self._unopened.get(key, (None, None))
         if n is None or (n and stamp != _OPENED[0]):
-            n = sum(open_shared(os.path.join(self.home, row["path"])) is None for row in rows)
+            n = sum(open_shared(datastore.shard_folder(self.home, row, fetch=False)) is None
+                    for row in rows)
             self._unopened[key] = (n, _OPENED[0])
         return n
 

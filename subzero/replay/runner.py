@@ -16,7 +16,7 @@ from encoders.store import remove_unpublished
 from subzero import settings
 from subzero.cells import Box
 from subzero.chunking import chunk_key, task_grid
-from subzero.engine import layout
+from subzero.engine import datastore, layout
 from subzero.engine.arrays import read_box, stored_bytes
 from subzero.engine.catalog import Catalog, shard_row
 from subzero.engine.homeconfig import open_catalog
@@ -245,6 +245,9 @@ def replay_run(parent: LoadedRun, array: str, mask: np.ndarray, values: np.ndarr
     derivation = {"kind": "replay", "array": array, "cells": n, "value": value_text,
                   "to": list(to or [])}
     home = parent.home
+    if datastore.mounted(home) is not None:
+        raise ReplayError(f"what-if replay writes its run beside the parent's files, which "
+                          f"needs a local home, not {datastore.mounted(home).url}")
     cat = catalog or open_catalog(home)
     t_start = time.perf_counter()
     rid = cat.create_derived_run(parent.id, derivation)

@@ -236,6 +236,29 @@ def test_chunk_files_over_s3_write_and_read_an_array_as_zarr_does(objects, tmp_p
         assert np.array_equal(again.read_box(Box(lo, hi)), data[lo[0]:hi[0], lo[1]:hi[1]])
 
 
+def test_a_few_cells_of_a_chunk_are_read_by_range(objects):
+    """A box needing a small part of a chunk moves its Blosc header and the blocks holding
+    it, not the chunk; the values are the array's."""
+    data = np.round(np.random.default_rng(1).normal(size=(512, 512)), 1)  # compresses
+    root = "runs/r1/big.zarr"
+    doc = array_metadata(data.shape, data.dtype, data.shape)
+    doc["codecs"][-2]["configuration"]["blocksize"] = 1 << 14  # many blocks per chunk
+    objects.put(f"{root}/zarr.json", json.dumps(doc).encode())
+    files = open_files(objects, root)
+    (key,) = files.keys()
+    files.write(key, data)
+    whole = len(objects.get(files.store.name(key)))
+    reader = open_files(objects, root)
+    objects.stats.reset()
+    got = reader.read_box(Box((100, 10), (102, 30)))
+    assert np.array_equal(got, data[100:102, 10:30])
+    moved = objects.stats.snapshot()
+    assert moved["bytes_down"] < whole / 4, (moved, whole)
+    assert moved["requests"]["RANGE"] >= 2
+    # the rest of the chunk, asked for later, decodes as the array's values too
+    assert np.array_equal(reader.read_box(Box((0, 0), (512, 512))), data)
+
+
 def test_a_missing_or_damaged_chunk_in_s3_is_named(objects):
     root = "y.zarr"
     objects.put(f"{root}/zarr.json", json.dumps(array_metadata((4,), np.dtype("i4"), (2,))
