@@ -414,10 +414,17 @@ def finish_removals(cat: Catalog, home: Path, dry_run: bool = False,
 def _finish_remote(cat: Catalog, home: Path, dry_run: bool
                    ) -> tuple[list[Removed], list[Kept]]:
     """:func:`finish_removals` for an object-store home: the objects of runs the catalog
-    removed (a removal interrupted after its rows went) are deleted; objects of a run
-    neither listed nor removed are left alone, said as kept."""
+    removed (a removal interrupted after its rows went) are deleted, and so are the shard
+    objects of finished runs that no catalog row names (attempts that lost, when the run
+    that should have swept them did not get to); objects of a run neither listed nor
+    removed are left alone, said as kept."""
     names = datastore.run_names(home)  # before the catalog is read, as for a folder
     listed = {r[0] for r in cat.db.execute("SELECT id FROM runs")}
+    if not dry_run:
+        for info in cat.runs():
+            if info["status"] != "running" and info["id"] in names:
+                datastore.sweep_attempts(home, info["id"],
+                                         [r["path"] for r in cat.shards(info["id"])])
     gone = {r["id"]: dict(r) for r in cat.db.execute(
         "SELECT * FROM removed_runs ORDER BY seq")}
     removed: list[Removed] = []

@@ -184,3 +184,13 @@ def test_a_killed_driver_leaves_a_failed_run_whose_objects_gc_removes(remote, pl
     p = run_cli("gc", "--failed", "--home", remote.url, env=remote.env("c2"))
     assert p.returncode == 0, p.stderr
     assert remote.objects("lab/home/runs/") == []
+
+
+def test_gc_sweeps_shard_objects_no_row_names(remote, plan, s3_server):
+    assert _run(remote, "--catalog", remote.catalog, "--plan", plan).returncode == 0
+    keys = [k for k in remote.objects("lab/home/runs/r1/lineage/")]
+    stray = keys[0].rsplit("/", 2)[0] + "/a7-0123abcd/data.mdb"  # an attempt that lost
+    s3_server.client().put_object(Bucket=remote.bucket, Key=stray, Body=b"x")
+    p = run_cli("gc", "--home", remote.url, env=remote.env())
+    assert p.returncode == 0, p.stderr
+    assert remote.objects("lab/home/runs/r1/lineage/") == keys

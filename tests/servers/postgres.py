@@ -228,4 +228,9 @@ def postgres_server():
     try:
         yield server
     finally:
+        # queries the test process logged are written at exit: write them while the
+        # server still runs, rather than warn then that it is gone
+        from subzero.engine.catalog.querylog import _flush_all_query_logs
+
+        _flush_all_query_logs()
         stop_postgres(server)
