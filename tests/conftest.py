@@ -39,6 +39,13 @@ def spark(tmp_path_factory):
     stop_spark()
 
 
+@pytest.fixture(scope="session")
+def subzero_cache(tmp_path_factory):
+    """One ``$SUBZERO_CACHE`` for the tests that ship the real virtualenv: it is packed
+    once (its archive is cached under ``envs/``) for all of them."""
+    return tmp_path_factory.mktemp("subzero-cache")
+
+
 @pytest.fixture
 def home(tmp_path):
     """A fresh SubZero home directory."""

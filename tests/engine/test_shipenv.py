@@ -213,13 +213,13 @@ finally:
 
 @pytest.mark.slow
 @pytest.mark.cluster
-def test_cluster_executors_run_the_shipped_environment(tmp_path, monkeypatch):
-    """The real .venv packed (cold), a one-worker standalone cluster whose worker has the
+def test_cluster_executors_run_the_shipped_environment(tmp_path, monkeypatch, subzero_cache):
+    """The real .venv packed (once a session), a one-worker standalone cluster whose worker has the
     checkout on its PYTHONPATH (which must not reach the executors), a driver subprocess
     started with ship_conf: every task runs the archive's python, subzero and pyspark."""
     from subzero.engine.cluster import start_cluster
 
-    archive = packed_environment(tmp_path / "cache")
+    archive = packed_environment(subzero_cache / "envs")
     user = tmp_path / "usercode"
     user.mkdir()
     (user / "usermod.py").write_text("def where():\n    return __file__\n")
