@@ -68,7 +68,7 @@ __all__ = ["ObjectStore", "TransferStats", "S3ChunkStore", "open_files", "upload
 CONNECT_TIMEOUT_S = settings.define(
     "S3_CONNECT_TIMEOUT", 2.0, float,
     "Seconds a connection to the object store's endpoint may take to open before the "
-    "request fails (and is retried, up to SUBZERO_S3_RETRIES times).", module=__name__)
+    "request fails (a failed request is retried: see S3_RETRIES).", module=__name__)
 #: retries of a failed request (a connection error, a timeout, a 5xx answer)
 RETRIES = settings.define(
     "S3_RETRIES", 3, int,
