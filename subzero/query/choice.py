@@ -19,12 +19,14 @@ the strategy optimizer reads them), else the operator's own stage time.
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import numpy as np
 
 from encoders.registry import encoding_class
 from subzero.cells import size_of
+from subzero.engine import datastore
 from subzero.engine.catalog import Catalog
 from subzero.engine.runs import LoadedRun
 from subzero.engine.spark import active_session
@@ -42,6 +44,8 @@ SPARK_REEXEC_MIN_S = 1.0
 REEXEC_KEY = "reexec"
 
 Option = tuple[str, Strategy | None]  # ("map" | "stored" | "reexec", stored strategy)
+# the files of a typical shard (its LMDB environment, metadata, an R-tree's two)
+SHARD_FILES = 3
 
 
 def _payloads_met(n: int, keyed: int, records: int) -> int:
@@ -94,6 +98,13 @@ class MethodChoice:
             for key, rows in self.shards.items()}
         self._methods: dict[str, list[Option]] = {}
         self._facts: dict[tuple[str, int, bool], list[tuple]] = {}
+        # a home in object storage: shards not in the local cache, and every chunk a
+        # re-execution reads, are fetched first (:meth:`_fetch_cost`, :meth:`_read_cost`)
+        self.remote = datastore.mounted(run.home) is not None
+        self._uncached: dict[tuple[str, str], tuple[int, float]] = {}
+        self._array_bytes = ({n: int(a.get("stored_bytes") or 0)
+                              for n, a in catalog.arrays(run.id).items()}
+                             if self.remote else {})
 
     def methods(self, op_name: str) -> list[Option]:
         """The access methods this run has for an operator (re-execution always)."""
@@ -150,7 +161,8 @@ class MethodChoice:
                 unopened = self.readers.unopened(key, self.shards[key])
                 costs.append(fixed + c.stored_cost(args[0], args[1], not backward, n_in,
                                                    shards, *args[3:])
-                             + c.shard_open * min(unopened, shards))
+                             + c.shard_open * min(unopened, shards)
+                             + self._fetch_cost(key, min(unopened, shards)))
         best = min(range(len(costs)), key=costs.__getitem__) if costs else None
         if method != "auto":
             forced = [k for k, fact in enumerate(facts) if fact[0][0] == method]
@@ -166,6 +178,7 @@ class MethodChoice:
         reexec = c.reexec_cost(self._stats(op.name).get("runtime_nolineage_s"),
                                size_of(op.out_shape), cells, len(tiles), on_spark,
                                s_per_cell=self._observed(op.name))
+        reexec += self._read_cost(op, cells, len(tiles))
         if best is not None and costs[best] <= reexec:
             return facts[best][0], reexec if auto else None
         return ("reexec", None), reexec if auto else None
@@ -201,6 +214,37 @@ class MethodChoice:
                                size_of(op.in_shapes[i] if not backward else op.out_shape))))
         self._facts[key] = facts
         return facts
+
+    # -- a home in object storage -----------------------------------------------------------
+    def _fetch_cost(self, key: tuple[str, str], opening: int) -> float:
+        """What fetching the shards a stored read opens costs, of those not in the local
+        cache (none for a local home): a request per file, and their bytes."""
+        if not self.remote or opening <= 0:
+            return 0.0
+        got = self._uncached.get(key)
+        if got is None:
+            rows = self.shards[key]
+            missing = [r for r in rows if not os.path.isdir(
+                datastore.shard_folder(self.run.home, r, fetch=False))]
+            per = (sum(int(r.get("data_bytes") or 0) + int(r.get("index_bytes") or 0)
+                       for r in missing) / len(missing)) if missing else 0.0
+            got = self._uncached[key] = (len(missing), per)
+        missing, per = got
+        n = min(opening, missing)
+        c = self.costs
+        return n * (SHARD_FILES * c.remote_request + per * c.remote_per_byte)
+
+    def _read_cost(self, op: Operator, cells: int, tiles: int) -> float:
+        """What re-executing ``cells`` output cells of ``op`` reads from object storage
+        (none for a local home): a request per tile and input, and the share of each
+        input's stored bytes the cells need."""
+        if not self.remote:
+            return 0.0
+        share = min(1.0, cells / max(1, size_of(op.out_shape)))
+        inputs = self.run.workflow.nodes[op.name].inputs
+        nbytes = sum(self._array_bytes.get(a, 0) for a in inputs) * share
+        c = self.costs
+        return tiles * len(inputs) * c.remote_request + nbytes * c.remote_per_byte
 
     # -- re-execution estimates --------------------------------------------------------------
     def _stats(self, op_name: str) -> dict[str, Any]:

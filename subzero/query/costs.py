@@ -66,6 +66,11 @@ class QueryCosts:
     reexec_fixed_task: float = 6e-2  # one Spark task
     trace_factor: float = 4.0  # tracing (FULL pairs + join) vs. plain run time
     reexec_per_cell: float = 1e-7  # when the operator's own runtime is unknown
+    # a home in object storage (subzero.engine.datastore): what one request costs before
+    # its first byte, and each byte after it (an in-region S3 GET: tens of milliseconds;
+    # one stream's bandwidth); benchmarks/bench_remote.py counts the requests and bytes
+    remote_request: float = 3e-2
+    remote_per_byte: float = 1.1e-8
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> "QueryCosts":
