@@ -300,6 +300,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             headers["Content-Length"] = str(len(body))
         status, reason, out_headers, data = self.server.proxy.upstream(
             self.command, self.path, body, headers)
+        # counted before the client has its answer: a request the client saw answered is
+        # always in the count (the end time leaves out the last bytes' way back)
+        names = {k.lower() for k in self.headers}
+        kind, op = classify(self.command, self.path, ranged="range" in names,
+                            copy="x-amz-copy-source" in names)
+        self.server.proxy.record(Request(t0, time.perf_counter(), kind, op, len(body),
+                                         0 if self.command == "HEAD" else len(data), status))
         self.send_response_only(status, reason)
         for k, v in out_headers:
             if k.lower() not in _HOP:
@@ -314,11 +321,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.command != "HEAD" and data:
             self.wfile.write(data)
         self.wfile.flush()
-        names = {k.lower() for k in self.headers}
-        kind, op = classify(self.command, self.path, ranged="range" in names,
-                            copy="x-amz-copy-source" in names)
-        self.server.proxy.record(Request(t0, time.perf_counter(), kind, op, len(body),
-                                         0 if self.command == "HEAD" else len(data), status))
 
 
 class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):

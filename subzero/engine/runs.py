@@ -18,7 +18,7 @@ from subzero.engine.homeconfig import open_catalog
 from subzero import manifest
 from subzero.cells import Box
 from subzero.codeid import CodeGate
-from subzero.errors import CodeError, DamagedError, StoreError, WorkflowError
+from subzero.errors import CatalogError, CodeError, DamagedError, StoreError, WorkflowError
 from subzero.modes import Strategy
 from subzero.operator import Operator
 from subzero.workflow import Workflow
@@ -49,7 +49,11 @@ class LoadedRun:
     def array_path(self, name: str) -> Path:
         if name not in self.arrays:
             # asked for as latest: say which workflow that is and which latest:WORKFLOW has it
-            cat = open_catalog(self.home)
+            try:
+                cat = open_catalog(self.home)
+            except CatalogError:  # a run read without its home's catalog
+                raise StoreError(f"run {self.id} has no array {name!r} (arrays: "
+                                 f"{', '.join(self.arrays)})") from None
             try:
                 msg = cat.missing_array(self.requested or self.id, self.info, name, self.arrays)
             finally:

@@ -218,7 +218,9 @@ class MethodChoice:
     # -- a home in object storage -----------------------------------------------------------
     def _fetch_cost(self, key: tuple[str, str], opening: int) -> float:
         """What fetching the shards a stored read opens costs, of those not in the local
-        cache (none for a local home): a request per file, and their bytes."""
+        cache (none for a local home): a request per file, and their bytes, of which one
+        query is charged :attr:`~subzero.query.costs.QueryCosts.remote_fetch_share` (the
+        shard serves the queries after it from the cache)."""
         if not self.remote or opening <= 0:
             return 0.0
         got = self._uncached.get(key)
@@ -232,7 +234,8 @@ class MethodChoice:
         missing, per = got
         n = min(opening, missing)
         c = self.costs
-        return n * (SHARD_FILES * c.remote_request + per * c.remote_per_byte)
+        return c.remote_fetch_share * n * (SHARD_FILES * c.remote_request
+                                           + per * c.remote_per_byte)
 
     def _read_cost(self, op: Operator, cells: int, tiles: int) -> float:
         """What re-executing ``cells`` output cells of ``op`` reads from object storage

@@ -71,6 +71,9 @@ class QueryCosts:
     # one stream's bandwidth); benchmarks/bench_remote.py counts the requests and bytes
     remote_request: float = 3e-2
     remote_per_byte: float = 1.1e-8
+    # the share of a shard's fetch one query is charged: the shard stays in the local
+    # cache for the queries after it, while a re-execution reads its chunks again each time
+    remote_fetch_share: float = 0.25
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> "QueryCosts":
