@@ -2,7 +2,12 @@
 """How small FULL lineage gets in each Full encoding, against DSLog's Parquet baseline.
 
     python benchmarks/bench_compression.py [--quick] [--out FILE.json] [--png DIR]
-                                           [--repeat N]
+                                           [--repeat N] [--workloads W,...]
+                                           [--strategies S,...]
+
+``--workloads`` (names or fragments: ``synthetic:cleaner``, ``astronomy:``) and
+``--strategies`` (``full-compact-bwd``, ``parquet-zstd``, ...) measure a few rows while
+developing an encoding; the results file is written from a run of everything.
 
 For every workload the same FULL region pairs are stored (a) in every registered Full
 encoding and direction (the registry of :mod:`encoders`, so a new one is picked up when it
@@ -369,12 +374,15 @@ def query_cells(w: Workload, seed: int = 0) -> dict[str, dict[int, np.ndarray]]:
     return out
 
 
-def measure(w: Workload, home: Path, repeat: int, max_parquet: int) -> list[dict[str, Any]]:
-    """Every Full encoding and the baseline on ``w``: one row each."""
-    variants = [(e, d, s) for e, d, s in full_variants()]
+def measure(w: Workload, home: Path, repeat: int, max_parquet: int,
+            strategies: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    """Every Full encoding (those of ``strategies`` only, when given) and the baseline on
+    ``w``: one row each."""
+    variants = [(e, d, s) for e, d, s in full_variants()
+                if strategies is None or s in strategies]
     cell_pairs_n = w.cell_pairs()
     with_parquet = sum(cell_pairs_n) <= max_parquet
-    if with_parquet:
+    if with_parquet and (strategies is None or "parquet-zstd" in strategies):
         variants.append(("Parquet", "-", "parquet-zstd"))
     writes: dict[str, list[float]] = {s: [] for _, _, s in variants}
     kept: dict[str, Any] = {}
@@ -610,9 +618,12 @@ def plot(rows: list[dict[str, Any]], workloads: list[dict[str, Any]], out_dir: s
 
 def run(quick: bool, repeat: int, max_parquet: int = MAX_PARQUET_PAIRS,
         groups: tuple[str, ...] = ("synthetic", "astronomy", "genomics"),
-        shape: tuple[int, int] | None = None) -> dict[str, Any]:
+        shape: tuple[int, int] | None = None, only: tuple[str, ...] | None = None,
+        strategies: tuple[str, ...] | None = None) -> dict[str, Any]:
     """The benchmark's document (without the machine); ``groups`` and ``shape`` (the
-    synthetic image's) let a test run a small part of it."""
+    synthetic image's) let a test run a small part of it, ``only`` (workload names or
+    name fragments: ``cleaner``, ``astronomy:``) and ``strategies`` (strategy names;
+    ``parquet-zstd`` for the baseline) let a developer measure a few rows."""
     shape = shape or (QUICK_SHAPE if quick else IMAGE_SHAPE)
     tmp = Path(tempfile.mkdtemp(prefix="sz-bench-compress-"))
     rows: list[dict[str, Any]] = []
@@ -631,8 +642,10 @@ def run(quick: bool, repeat: int, max_parquet: int = MAX_PARQUET_PAIRS,
         sources.append(it)
     try:
         for w in itertools.chain(*sources):
+            if only and not any(o in w.name for o in only):
+                continue
             t = time.perf_counter()
-            got = measure(w, tmp, repeat, max_parquet)
+            got = measure(w, tmp, repeat, max_parquet, strategies)
             rows += got
             cp = w.cell_pairs()
             workloads.append({
@@ -681,11 +694,24 @@ def main() -> None:
                    help="repeats of every write and query (default 3, 1 with --quick)")
     p.add_argument("--max-parquet-pairs", type=int, default=MAX_PARQUET_PAIRS,
                    help="workloads with more cell pairs get no Parquet baseline")
+    p.add_argument("--workloads", default=None,
+                   help="comma-separated workload names or fragments to run (default: all; "
+                        "e.g. cleaner,rowsum or astronomy:)")
+    p.add_argument("--strategies", default=None,
+                   help="comma-separated strategies to measure (default: every Full one "
+                        "and parquet-zstd)")
     args = p.parse_args()
     repeat = args.repeat or (1 if args.quick else 3)
     if repeat < 1:
         p.error(f"--repeat must be at least 1. Got {repeat}.")
-    doc = run(args.quick, repeat, args.max_parquet_pairs)
+    only = tuple(args.workloads.split(",")) if args.workloads else None
+    strategies = tuple(args.strategies.split(",")) if args.strategies else None
+    groups = ("synthetic", "astronomy", "genomics")
+    if only:  # build only the groups a named workload can be in
+        groups = tuple(g for g in groups
+                       if any(o.startswith(g + ":") or ":" not in o for o in only))
+    doc = run(args.quick, repeat, args.max_parquet_pairs, groups=groups, only=only,
+              strategies=strategies)
     if args.png:
         doc["plots"] = plot(doc["rows"], doc["workloads"], args.png)
     emit(doc, args.out)

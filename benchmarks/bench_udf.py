@@ -19,6 +19,11 @@ conversion into pairs) beside the ``lwrite_pairs`` call it must match, and the t
 store each of the two batches as a FullOne shard.
 
     python benchmarks/bench_udf.py --out benchmarks/results/udf.json
+    python benchmarks/bench_udf.py --only cleaner --repeat 10 --out benchmarks/results/udf.json
+
+``--only PREFIX`` runs the cases whose name starts with ``PREFIX`` (and their black box)
+and, when ``--out`` names an existing results file, replaces just those rows in it (the
+other rows and the per-call figures are kept, ``partial_runs`` says which were redone).
 """
 
 from __future__ import annotations
@@ -135,24 +140,33 @@ def calls(repeat: int, tmp: Path) -> dict[str, Any]:
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--repeat", type=int, default=3, help="runs per case, alternated (3)")
+    p.add_argument("--only", default=None,
+                   help="run only the cases whose name starts with this (and their black "
+                        "box), replacing their rows in an existing --out file")
     args = p.parse_args()
     repeat = 1 if args.quick else args.repeat
+    cases = CASES
+    if args.only:
+        cases = [c for c in CASES if c[0].startswith(args.only)
+                 or any(o[0].startswith(args.only) and o[3] == c[1] for o in CASES)]
+        if not cases:
+            p.error(f"--only matches no case. Got {args.only!r}.")
     tmp = Path(tempfile.mkdtemp(prefix="bench-udf-"))
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, *_ in CASES}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, *_ in cases}
     try:
         for k in range(repeat):  # alternate: every case once per round, order reversed
-            order = CASES if k % 2 == 0 else CASES[::-1]
+            order = cases if k % 2 == 0 else cases[::-1]
             for name, kind, strategy, _ in order:
                 runs[name].append(one_run(kind, strategy, tmp))
                 print(f"{name}: {runs[name][-1]['run_s']:.2f} s", file=sys.stderr)
-        per_call = calls(repeat, tmp)
+        per_call = None if args.only else calls(repeat, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     med = {name: {key: statistics.median(r[key] for r in rs)
                   for key in ("run_s", "runtime_s", "capture_s", "store_s", "lineage_bytes")}
            for name, rs in runs.items()}
     table = []
-    for name, kind, strategy, base in CASES:
+    for name, kind, strategy, base in cases:
         base_name = next(n for n, k, _, _ in CASES if k == base)
         m, first = med[name], runs[name][0]
         table.append({
@@ -163,10 +177,29 @@ def main() -> None:
             "x_input_bytes": m["lineage_bytes"] / first["input_bytes"],
             "warned": bool(first["warnings"]),
         })
-    emit({"benchmark": "udf", "quick": args.quick, "repeat": repeat,
-          "command": "python benchmarks/bench_udf.py --out benchmarks/results/udf.json",
-          "shape": list(udf_cases.SHAPE), "table": table, "per_cell_calls": per_call},
-         args.out)
+    doc = {"benchmark": "udf", "quick": args.quick, "repeat": repeat,
+           "command": "python benchmarks/bench_udf.py --out benchmarks/results/udf.json",
+           "shape": list(udf_cases.SHAPE), "table": table, "per_cell_calls": per_call}
+    if args.only and args.out and Path(args.out).exists():
+        doc = _merged(Path(args.out), table, args.only, repeat)
+    emit(doc, args.out)
+
+
+def _merged(path: Path, table: list[dict[str, Any]], only: str, repeat: int
+            ) -> dict[str, Any]:
+    """The results file at ``path`` with the rows of ``table`` replacing (or joining, in
+    :data:`CASES` order) its rows of the same cases."""
+    import json
+
+    doc = json.loads(path.read_text())
+    doc.pop("machine", None)  # emit records this machine
+    rows = {r["case"]: r for r in doc.get("table", [])}
+    rows.update({r["case"]: r for r in table})
+    doc["table"] = [rows[n] for n, *_ in CASES if n in rows]
+    doc.setdefault("partial_runs", []).append({
+        "command": f"python benchmarks/bench_udf.py --only {only} --repeat {repeat} "
+                   f"--out {path}", "cases": [r["case"] for r in table], "repeat": repeat})
+    return doc
 
 
 if __name__ == "__main__":

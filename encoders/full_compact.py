@@ -13,10 +13,20 @@ A group is kept only when its record costs fewer bytes than its key cells would 
 residue, and a shard whose groups save nothing is written as the residue alone, so
 lineage with no regular structure is never bigger than FullOne's.
 
+A forward index may also be built the other way round (*swapped*, table ``h<i>``): the
+output cells grouped by their input-``i`` pattern as the backward index groups them,
+with, per group, the range of input cells it reaches (blob ``s<i>``), and only the pairs
+of the output cells left over keyed by input cell. A cleaner's flagged pixel is one 5 x 5
+box keyed by output cell but 25 patterns keyed by input cell; the smaller of the two
+builds is kept.
+
 Lookups run on the compressed form. In the keyed direction the groups whose key range
 holds a query cell are read (one LMDB read of their records) and, per run of ``K``, the
 query cells inside it are found by binary search and shifted by the pattern's offsets;
-the residue is looked up as FullOne does. In the other direction every group is read and
+the residue is looked up as FullOne does (a few query cells: in plain Python, see
+:mod:`encoders.layouts.fewpatterns`; groups outside the query cells' tiles are skipped
+unread). Swapped groups are read as the other direction reads groups. In the other
+direction every group is read and
 ``K & (q - O)`` is computed per group, as FullMany's grouped entries do
 (:func:`encoders.layouts.relgroups.forward_cells`); the residue is scanned as FullOne's.
 
@@ -26,16 +36,18 @@ the residue is looked up as FullOne does. In the other direction every group is 
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
 
 from encoders.base import EncodedShard, Encoding, ShardData, Table, check_deadline
-from encoders.formats.csr import uniq
+from encoders.formats.csr import take_rows, uniq
 from encoders.full_one import FullOne, choose_relative, shared_heap, side_records
-from encoders.layouts import cellindex, pairtable, patterns
+from encoders.layouts import cellindex, fewcells, fewpatterns, pairtable, patterns
 from encoders.layouts.keyspace import lin_range_box
 from encoders.layouts.pairs import KeyGroups, group_keys, lineage_pairs
+from encoders.layouts.relgroups import tile_ids, tile_shape
 from subzero.cells import Ragged
 from subzero.errors import ModeError
 from subzero.frontier import Members
@@ -46,6 +58,9 @@ HEAP = "heap"
 EMPTY = np.empty(0, dtype=np.uint64)
 COMPACT = "auto"  # the default policy (see FullCompact)
 DENSE_FACTOR = 8  # answers of at least 1/8 of their array are deduplicated with a mask
+#: forward indexes built the other way round (:meth:`FullCompact._swapped_sides`):
+#: ``"auto"`` when that is smaller, ``"always"`` whenever a group forms (for tests)
+SWAPPED = "auto"
 
 
 def parse_compact(compact: str) -> str:
@@ -67,6 +82,48 @@ def _sorted_unique(parts: list[np.ndarray], size: int) -> np.ndarray:
     mask = np.zeros(size, dtype=bool)
     mask[x.astype(np.intp)] = True
     return np.flatnonzero(mask).astype(np.uint64)
+
+
+def _ranges(shard: ShardData, t: str, info: dict, kind: str = "r") -> np.ndarray:
+    """Side ``t``'s range blob (``kind`` ``"r"``: its groups' key ranges, ``"s"``: the
+    key-cell ranges its swapped groups reach) as uint64 ``lo, hi`` pairs (stored in 32
+    bits where the key cells fit, see :meth:`FullCompact._shard`)."""
+    raw = shard.blob(kind + t)
+    if info.get("range_bytes" if kind == "r" else "swapped_range_bytes") == 4:
+        return raw.view(np.uint32).astype(np.uint64)
+    return raw.view(np.uint64)
+
+
+def _meeting(shard: ShardData, t: str, info: dict, key_shape: Sequence[int], q: np.ndarray
+             ) -> np.ndarray:
+    """Ids of side ``t``'s groups that may hold a key cell of ``q``: their key range holds
+    one, and (when the shard says its tile size) their tile, that of their first key cell,
+    is one of ``q``'s tiles."""
+    ranges = _ranges(shard, t, info)
+    ids = patterns.groups_meeting(ranges, q)
+    tile = info.get("tile")
+    if tile is None or len(ids) < 2:
+        return ids
+    kmin = ranges.reshape(-1, 2)[ids.astype(np.intp), 0]
+    if len(q) + len(ids) <= 4 * fewcells.FEW_CELLS:  # plain Python: a few cells and groups
+        shape = tuple(int(x) for x in key_shape)
+        want = {_tile_of(c, shape, int(tile)) for c in q.tolist()}
+        keep = [k for k, c in enumerate(kmin.tolist()) if _tile_of(c, shape, int(tile)) in want]
+        return ids[keep]
+    mine = tile_ids(kmin, key_shape, int(tile))
+    return ids[np.isin(mine, tile_ids(q, key_shape, int(tile)))]
+
+
+@lru_cache(maxsize=64)
+def _tiling(shape: tuple[int, ...], tile: int) -> tuple[tuple[int, int, int], ...]:
+    """Per axis ``(cell stride, extent, tile extent)`` of :func:`encoders.layouts.relgroups.
+    tile_shape`."""
+    return tuple(zip(fewcells.py_strides(shape), shape, tile_shape(shape, tile)))
+
+
+def _tile_of(c: int, shape: tuple[int, ...], tile: int) -> tuple[int, ...]:
+    """The tile (per axis) of cell ``c``, as :func:`encoders.layouts.relgroups.tile_ids`."""
+    return tuple((c // s) % n // e for s, n, e in _tiling(shape, tile))
 
 
 class FullCompact(Encoding):
@@ -111,27 +168,66 @@ class FullCompact(Encoding):
         sides = []
         for t, key_side, key_shape, vals, val_shapes in self._sides(pairs, spec):
             g = group_keys(key_side, vals)
-            p = None
-            if self.compact != "never":
-                p = patterns.build(g.keys, g.src, g.values, key_shape, val_shapes,
-                                   self.min_group, self.tile, pay=self.compact == "auto")
-            sides.append((t, g, key_shape, val_shapes, p))
+            sides.append((t, g, key_shape, val_shapes, self._build(g, key_shape, val_shapes),
+                          None))
         shard = self._shard(meta, sides)
-        grouped = sum(len(p.rows) for *_, p in sides if p is not None)
+        grouped = sum(len(p.rows) for *_, p, _ in sides if p is not None)
         keys = sum(len(g.keys) for _, g, *_ in sides)
         if self.compact == "auto" and 0 < grouped < keys // 2:
             # few keys grouped: make sure the groups pay (each does by its own estimate)
-            plain = self._shard(meta, [(t, g, ks, vs, None) for t, g, ks, vs, _ in sides])
+            plain = self._shard(meta, [(t, g, ks, vs, None, None)
+                                       for t, g, ks, vs, *_ in sides])
             if plain.logical_bytes <= shard.logical_bytes:
-                return plain
+                shard = plain
+        if self.direction is Direction.FORWARD and self.compact != "never":
+            swapped = self._swapped_sides(pairs, spec)
+            if swapped is not None:
+                other = self._shard(meta, swapped)
+                if SWAPPED == "always" or other.logical_bytes < shard.logical_bytes:
+                    return other
         return shard
+
+    def _build(self, g: KeyGroups, key_shape: Sequence[int],
+               val_shapes: Sequence[Sequence[int]]) -> patterns.Patterns | None:
+        """The pattern groups of ``g`` under this encoding's policy (None: no group)."""
+        if self.compact == "never":
+            return None
+        return patterns.build(g.keys, g.src, g.values, key_shape, val_shapes,
+                              self.min_group, self.tile, pay=self.compact == "auto")
+
+    def _swapped_sides(self, pairs: PairBatch, spec: ShardSpec) -> list | None:
+        """A forward index's sides built the other way round: per input ``i``, groups of
+        output cells by their input-``i`` pattern (the backward grouping: a cleaner's
+        flagged pixel is one box, where keyed by input cell it is 25 patterns), then the
+        pairs of the output cells left out, keyed by input cell as usual. None when no
+        input's output cells form a group."""
+        sides, any_swapped = [], False
+        for i, in_shape in enumerate(spec.in_shapes):
+            t = str(i)
+            g2 = group_keys(pairs.out, [pairs.ins[i]])
+            p2 = self._build(g2, spec.out_shape, [in_shape])
+            if p2 is None:
+                key_side, vals = pairs.ins[i], [pairs.out]
+            else:
+                any_swapped = True
+                left = np.ones(len(g2.keys), dtype=bool)
+                left[p2.rows] = False
+                rv, ro = take_rows(np.asarray(g2.values[0].values, dtype=np.uint64),
+                                   np.asarray(g2.values[0].offsets, dtype=np.int64),
+                                   g2.src[left])
+                key_side, vals = Ragged(rv, ro), [Ragged.from_singletons(g2.keys[left])]
+            g = group_keys(key_side, vals)
+            sides.append((t, g, in_shape, [spec.out_shape],
+                          self._build(g, in_shape, [spec.out_shape]),
+                          None if p2 is None else (p2, tuple(spec.out_shape))))
+        return sides if any_swapped else None
 
     def _shard(self, meta: dict, sides: list) -> EncodedShard:
         meta = dict(meta, empty=False)
         tables, blobs, records, keyed = [], {}, [], []
         spaces, rel_meta, info = {}, {}, {}
         collisions, n_keys = 0, 0
-        for t, g, key_shape, val_shapes, p in sides:
+        for t, g, key_shape, val_shapes, p, swapped in sides:
             collisions += g.collisions
             n_keys += len(g.keys)
             if p is None:
@@ -142,9 +238,24 @@ class FullCompact(Encoding):
                 res = KeyGroups(g.keys[left], g.src[left], g.values, 0)
                 tables.append(Table("g" + t, np.arange(len(p), dtype=np.uint64),
                                     values=Ragged(p.records, p.record_offsets)))
-                blobs["r" + t] = p.ranges()
+                narrow = int(np.prod(key_shape, dtype=np.int64)) <= 1 << 32
+                blobs["r" + t] = p.ranges(np.uint32 if narrow else np.uint64)
             info[t] = {"groups": 0 if p is None else len(p), "residue": int(len(res.keys)),
                        "relative_groups": 0 if p is None else int(p.relative.sum())}
+            if p is not None and narrow:  # key cells fit 32 bits: the ranges too
+                info[t]["range_bytes"] = 4
+            if p is not None:  # a group's key cells lie in one tile: lookups skip others
+                info[t]["tile"] = self.tile
+            if swapped is not None:
+                p2, other_shape = swapped
+                tables.append(Table("h" + t, np.arange(len(p2), dtype=np.uint64),
+                                    values=Ragged(p2.records, p2.record_offsets)))
+                lo, hi = patterns.value_ranges(p2, other_shape, key_shape)
+                wide = int(np.prod(key_shape, dtype=np.int64)) > 1 << 32
+                blobs["s" + t] = np.stack([lo, hi], axis=1).astype(
+                    np.uint64 if wide else np.uint32).reshape(-1).view(np.uint8)
+                info[t]["swapped"] = len(p2)
+                info[t]["swapped_range_bytes"] = 8 if wide else 4
             if len(res.keys):
                 rel = choose_relative(res, key_shape, val_shapes, "auto")
                 b, bo, key_rec = side_records(res, val_shapes, rel)
@@ -159,8 +270,9 @@ class FullCompact(Encoding):
                        for (name, keys, key_rec), r in zip(keyed, refs)]
             blobs[HEAP] = heap
         meta.update(key_spaces=spaces, relative=rel_meta, compact=info, keys=int(n_keys),
-                    groups=int(sum(v["groups"] for v in info.values())),
-                    records=int(n_records + sum(v["groups"] for v in info.values())),
+                    groups=int(sum(v["groups"] + v.get("swapped", 0) for v in info.values())),
+                    records=int(n_records + sum(v["groups"] + v.get("swapped", 0)
+                                                for v in info.values())),
                     collisions=int(collisions))
         return EncodedShard(tables=tables, blobs=blobs, meta=meta)
 
@@ -170,20 +282,78 @@ class FullCompact(Encoding):
                ) -> np.ndarray:
         """Side ``j``'s cells of the key cells ``q`` (the index's own direction)."""
         info = shard.meta["compact"][t]
+        if len(q) <= fewcells.FEW_CELLS:
+            got = self._few_keyed(shard, t, key_shape, q, j, val_shapes, deadline)
+            if got is not None:
+                return got
         res = []
         if info["groups"]:
             check_deadline(deadline)
-            ids = patterns.groups_meeting(shard.blob("r" + t).view(np.uint64), q)
+            ids = _meeting(shard, t, info, key_shape, q)
             if len(ids):
                 for batch in pairtable.entries(shard, ids, deadline, "g" + t):
                     tok, toff, _ = pairtable.tokens(batch)
                     d = patterns.decode_keys(tok, toff[:-1])
-                    v, o, rel = patterns.value_sets(tok, d, j, val_shapes)
-                    res.append(patterns.keyed_cells(d, q, v, o, rel))
+                    res.append(patterns.keyed_groups(tok, d, j, val_shapes, q, key_shape))
+        if info.get("swapped"):  # groups keyed by side-j cells: the other direction
+            check_deadline(deadline)
+            ids = patterns.groups_meeting(_ranges(shard, t, info, "s"), q)
+            if len(ids):
+                res += self._swapped_unkeyed(shard, t, key_shape, q, val_shapes[j], ids,
+                                             deadline)
         if info["residue"]:
             got = self._one._lookup(shard, "k" + t, key_shape, q, j, val_shapes, deadline)
             res.append(np.asarray(got, dtype=np.uint64))
         return _sorted_unique(res, int(np.prod(val_shapes[j], dtype=np.int64)))
+
+    def _few_keyed(self, shard: ShardData, t: str, key_shape: Sequence[int], q: np.ndarray,
+                   j: int, val_shapes: Sequence[Sequence[int]], deadline: float | None
+                   ) -> np.ndarray | None:
+        """:meth:`_keyed` for a few cells in plain Python (:mod:`encoders.layouts.
+        fewpatterns`); None when the answer outgrows it."""
+        info = shard.meta["compact"][t]
+        qs = q.tolist()
+        out: list[int] = []
+        for kind, table, swapped in (("r", "g", False), ("s", "h", True)):
+            if not info.get("swapped" if swapped else "groups"):
+                continue
+            check_deadline(deadline)
+            ids = (patterns.groups_meeting(_ranges(shard, t, info, kind), q) if swapped
+                   else _meeting(shard, t, info, key_shape, q))
+            if not len(ids):
+                continue
+            recs = []
+            for batch in pairtable.entries(shard, ids, deadline, table + t):
+                v, o = bytes(np.asarray(batch.values, dtype=np.uint8)), batch.offsets.tolist()
+                recs += [v[a:b] for a, b in zip(o[:-1], o[1:])]
+            got = (fewpatterns.unkeyed(recs, qs, val_shapes[j], key_shape) if swapped
+                   else fewpatterns.keyed(recs, qs, j, key_shape, val_shapes))
+            if got is None:
+                return None
+            out += got
+        if info["residue"]:
+            got = self._one._lookup(shard, "k" + t, key_shape, q, j, val_shapes, deadline)
+            if len(got) > fewcells.MAX_CELLS:
+                res = [np.array(out, dtype=np.uint64), np.asarray(got, dtype=np.uint64)]
+                return _sorted_unique(res, int(np.prod(val_shapes[j], dtype=np.int64)))
+            out += got.tolist()
+        return np.array(sorted(set(out)), dtype=np.uint64)
+
+    def _swapped_unkeyed(self, shard: ShardData, t: str, key_shape: Sequence[int],
+                         q: np.ndarray, other: Sequence[int], ids: np.ndarray | None,
+                         deadline: float | None) -> list[np.ndarray]:
+        """Cells (of shape ``other``) of the swapped groups ``ids`` (None: every one) whose
+        pattern meets the key cells ``q`` (see :meth:`FullCompact._swapped_sides`)."""
+        shape = tuple(key_shape)
+        members = Members(q, int(np.prod(shape, dtype=np.int64)))
+        same = shape if shape == tuple(other) else None
+        res = []
+        for batch in pairtable.entries(shard, ids, deadline, "h" + t):
+            tok, toff, _ = pairtable.tokens(batch)
+            d = patterns.decode_keys(tok, toff[:-1])
+            res.append(patterns.unkeyed_groups(tok, d, 0, [shape], q, members, same, deadline,
+                                               (other, shape)))
+        return res
 
     def _unkeyed(self, shard: ShardData, t: str, key_shape: Sequence[int], q: np.ndarray,
                  j: int, val_shapes: Sequence[Sequence[int]], deadline: float | None
@@ -199,8 +369,13 @@ class FullCompact(Encoding):
             for batch in pairtable.entries(shard, None, deadline, "g" + t):
                 tok, toff, _ = pairtable.tokens(batch)
                 d = patterns.decode_keys(tok, toff[:-1])
-                v, o, rel = patterns.value_sets(tok, d, j, val_shapes)
-                res.append(patterns.unkeyed_cells(d, q, members, v, o, rel, same, deadline))
+                res.append(patterns.unkeyed_groups(tok, d, j, val_shapes, q, members, same,
+                                                   deadline, (key_shape, shape)))
+        if info.get("swapped"):  # groups keyed by side-j cells: q's own direction
+            for batch in pairtable.entries(shard, None, deadline, "h" + t):
+                tok, toff, _ = pairtable.tokens(batch)
+                d = patterns.decode_keys(tok, toff[:-1])
+                res.append(patterns.keyed_groups(tok, d, 0, [key_shape], q, val_shapes[j]))
         if info["residue"]:
             res.append(self._one._scan(shard, "k" + t, q, j, val_shapes, deadline))
         return _sorted_unique(res, int(np.prod(key_shape, dtype=np.int64)))

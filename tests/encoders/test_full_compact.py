@@ -289,21 +289,211 @@ def test_a_box_of_key_cells_is_a_few_tokens():
     assert len(tok) <= 9  # header + the first row + the other rows as one strided item
 
 
-def test_a_whole_array_dependency_of_a_large_array_stays_in_the_residue(tmp_path):
+def test_a_whole_array_dependency_of_a_large_array_is_a_few_groups(tmp_path):
     """Every cell of a 2001 x 513 output depends on the whole input (a global mean
-    broadcast): a set of more than ``ABS_CELLS`` cells is kept once in the residue, as
-    FullOne keeps it, instead of once per tile's group."""
+    broadcast): a set of more than ``ABS_CELLS`` cells whose pattern is a box of a few
+    tokens joins a group per tile, far smaller than the keys' entries in the residue."""
     shape = (2001, 513)
     n = shape[0] * shape[1]
     assert n > patterns.ABS_CELLS
     every = np.arange(n, dtype=np.uint64)
     pairs = PairBatch(Ragged.from_rows([every], np.uint64),
                       ins=(Ragged.from_rows([every], np.uint64),))
+    for direction in ("bwd", "fwd"):
+        one = write_shard(tmp_path / "one" / direction, f"full-one-{direction}", pairs,
+                          shape, [shape])
+        st_ = write_shard(tmp_path / "compact" / direction, f"full-compact-{direction}",
+                          pairs, shape, [shape])
+        assert st_["logical_bytes"] * 50 <= one["logical_bytes"]
+        with open_shard(st_["path"]) as r:
+            assert r.meta["groups"] > 0
+            for q in (np.array([5], dtype=np.uint64), np.array([5, n - 1], dtype=np.uint64)):
+                assert np.array_equal(r.backward(q, 0), every)
+                assert np.array_equal(r.forward(q, 0), every)
+
+
+def test_a_large_set_that_is_no_box_stays_in_the_residue(tmp_path):
+    """A set of more than ``ABS_CELLS`` cells with many tokens (every other cell) shared
+    by every key is kept once in the residue, as FullOne keeps it, not once per tile."""
+    shape = (1001, 257)
+    n = shape[0] * shape[1]
+    half = np.arange(0, n, 2, dtype=np.uint64)
+    assert len(half) > patterns.ABS_CELLS
+    pairs = PairBatch(Ragged.from_rows([np.arange(n, dtype=np.uint64)], np.uint64),
+                      ins=(Ragged.from_rows([half], np.uint64),))
     one = write_shard(tmp_path / "one", "full-one-bwd", pairs, shape, [shape])
     st_ = write_shard(tmp_path / "compact", "full-compact-bwd", pairs, shape, [shape])
     assert st_["logical_bytes"] <= one["logical_bytes"]
     with open_shard(st_["path"]) as r:
         assert not r.meta.get("groups")
-        q = np.array([5, n - 1], dtype=np.uint64)
-        assert np.array_equal(r.backward(q, 0), every)
-        assert np.array_equal(r.forward(q, 0), every)
+        assert np.array_equal(r.backward(np.array([7], dtype=np.uint64), 0), half)
+        assert np.array_equal(r.forward(np.array([2, 3], dtype=np.uint64), 0),
+                              np.arange(n, dtype=np.uint64))
+
+
+# ---------------------------------------------------------------------------------------
+# box subsets: a box minus holes, sparse cells ranked in their box
+# ---------------------------------------------------------------------------------------
+
+
+def _round_trip(cells: list[np.ndarray], shape) -> np.ndarray:
+    """Encode the groups ``cells`` with the key side's ``shape``, decode, check, and return
+    each group's form."""
+    from encoders.formats.csr import offsets_from_lengths
+    from encoders.formats.varint import varint_encode
+    from encoders.layouts.cellindex import record_tokens
+
+    kk = np.concatenate(cells)
+    gid = np.repeat(np.arange(len(cells)), [len(c) for c in cells])
+    newg = np.zeros(len(kk), dtype=bool)
+    newg[offsets_from_lengths(np.array([len(c) for c in cells]))[:-1]] = True
+    tok, toff = patterns.key_tokens(kk, gid, newg, len(cells), shape)
+    b, blen = varint_encode(tok)
+    t, to, _ = record_tokens(b, offsets_from_lengths(blen)[toff])
+    for pick in (np.arange(len(cells)), np.arange(len(cells))[1::2]):
+        d = patterns.decode_keys(t, to[:-1][pick])
+        assert (np.diff(d.group) >= 0).all()
+        got = patterns.expand_keys(d, np.ones(len(pick), dtype=bool))
+        owner = np.repeat(d.group, d.lengths)
+        for i, g in enumerate(pick):
+            assert got[owner == i].tolist() == cells[g].tolist()
+            assert int(d.kmin[i]) == int(cells[g][0]) and int(d.kmax[i]) == int(cells[g][-1])
+        assert (d.sets_at == to[1:][pick]).all()
+    return (np.asarray(tok)[toff[:-1]] & 3).astype(int)
+
+
+@SETTINGS
+@given(shape=st.one_of(st.tuples(st.integers(1, 400)),
+                       st.tuples(st.integers(1, 70), st.integers(1, 70)),
+                       st.tuples(st.integers(1, 3), st.integers(1, 30), st.integers(1, 30))),
+       specs=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1),
+                                st.sampled_from([0.01, 0.05, 0.5, 0.95, 0.99, 1.0]),
+                                st.integers(0, 9)), min_size=1, max_size=5))
+def test_box_subsets_decode_to_the_cells_they_encode(shape, specs):
+    """Groups drawn as a box with most cells (holes) or few cells (members) round-trip
+    in whatever form the encoder picks, decoded together or alone."""
+    cells = []
+    for a, b, c, density, seed in specs:
+        rng = np.random.default_rng(seed)
+        m = np.zeros(shape, dtype=bool)
+        lo = [int(a * (s - 1)) for s in shape]
+        hi = [lo_ + 1 + int(b * (s - lo_ - 1)) for lo_, s in zip(lo, shape)]
+        box = tuple(slice(x, y) for x, y in zip(lo, hi))
+        m[box] = rng.random(m[box].shape) < density
+        got = np.flatnonzero(m).astype(np.uint64)
+        cells.append(got if len(got) else np.array([int(c * (m.size - 1))], np.uint64))
+    _round_trip(cells, shape)
+
+
+def test_identity_with_a_few_exceptions_is_a_box_minus_holes():
+    """A 63 x 65 tile of a 2001 x 513 image minus 40 exceptions is its cover and 40 small
+    ranks; the exceptions' own group is its cover and 40 ranks too."""
+    shape = (2001, 513)
+    rows, cols = np.meshgrid(np.arange(126, 189), np.arange(65, 130), indexing="ij")
+    tile = np.sort((rows * 513 + cols).reshape(-1)).astype(np.uint64)
+    rng = np.random.default_rng(0)
+    flagged = np.zeros(len(tile), dtype=bool)
+    flagged[rng.choice(len(tile), 40, replace=False)] = True
+    forms = _round_trip([tile[~flagged], tile[flagged]], shape)
+    assert forms.tolist() == [patterns.BOX_FORM, patterns.BOX_FORM]
+
+
+# ---------------------------------------------------------------------------------------
+# patterns relative to an anchor on aligned shapes (reductions, broadcasts)
+# ---------------------------------------------------------------------------------------
+
+
+def _aligned_pairs(kind: str, h: int, w: int) -> tuple[PairBatch, tuple, list[tuple]]:
+    cells = np.arange(h * w, dtype=np.uint64)
+    if kind == "rowsum":  # out (i, 0) <- in row i
+        return (PairBatch(Ragged.from_singletons(np.arange(h, dtype=np.uint64)),
+                          ins=(Ragged(cells, np.arange(h + 1, dtype=np.int64) * w),)),
+                (h, 1), [(h, w)])
+    if kind == "colsum":  # out (0, j) <- in column j
+        col = (np.arange(h)[None, :] * w + np.arange(w)[:, None]).reshape(-1)
+        return (PairBatch(Ragged.from_singletons(np.arange(w, dtype=np.uint64)),
+                          ins=(Ragged(col.astype(np.uint64),
+                                      np.arange(w + 1, dtype=np.int64) * h),)),
+                (1, w), [(h, w)])
+    # a broadcast: out (i, j) <- in (0, j)
+    return (PairBatch(Ragged.from_singletons(cells),
+                      ins=(Ragged.from_singletons((cells % np.uint64(w))),)),
+            (h, w), [(1, w)])
+
+
+@pytest.mark.parametrize("kind", ["rowsum", "colsum", "broadcast"])
+@pytest.mark.parametrize("direction", ["bwd", "fwd"])
+@pytest.mark.parametrize("h,w", [(1, 1), (5, 1), (1, 7), (40, 48), (130, 70)])
+def test_reductions_and_broadcasts_share_one_anchored_pattern(tmp_path, kind, direction,
+                                                               h, w):
+    pairs, out_shape, in_shapes = _aligned_pairs(kind, h, w)
+    one = write_shard(tmp_path / "one", f"full-one-{direction}", pairs, out_shape, in_shapes)
+    st_ = write_shard(tmp_path / "c", f"full-compact-{direction}", pairs, out_shape,
+                      in_shapes)
+    assert st_["logical_bytes"] <= one["logical_bytes"]
+    rng = np.random.default_rng(1)
+    n_out, n_in = int(np.prod(out_shape)), int(np.prod(in_shapes[0]))
+    with open_shard(st_["path"]) as r:
+        if h * w >= 40 * 48:
+            assert r.meta["groups"] > 0 and r.meta["compact"][
+                "" if direction == "bwd" else "0"]["residue"] == 0
+        for n in (1, 7, 300, None):
+            q = (np.arange(n_out, dtype=np.uint64) if n is None
+                 else np.unique(rng.integers(0, n_out, n)).astype(np.uint64))
+            qi = (np.arange(n_in, dtype=np.uint64) if n is None
+                  else np.unique(rng.integers(0, n_in, n)).astype(np.uint64))
+            assert set(r.backward(q, 0).tolist()) == brute_backward(pairs, q, 0)
+            assert set(r.forward(qi, 0).tolist()) == brute_forward(pairs, qi, 0)
+
+
+def test_anchor_cells_drop_the_axes_whose_extents_differ():
+    keys = np.array([0, 5, 7], dtype=np.uint64)  # (0, 0), (2, 1), (3, 1) of (4, 2)
+    assert patterns.anchor_cells(keys, (4, 2), (4, 2)).tolist() == [0, 5, 7]
+    assert patterns.anchor_cells(keys, (4, 2), (4, 1)).tolist() == [0, 2, 3]
+    assert patterns.anchor_cells(keys, (4, 2), (1, 2)).tolist() == [0, 1, 1]
+    assert patterns.aligned((4, 2), (4, 1)) and patterns.aligned((1, 2), (4, 2))
+    assert not patterns.aligned((4,), (4, 2)) and not patterns.aligned((4, 2), (2, 4))
+
+
+# ---------------------------------------------------------------------------------------
+# forward indexes built the other way round (groups of output cells, read by input cell)
+# ---------------------------------------------------------------------------------------
+
+
+class TestFullCompactSwappedForward(_Grouped, EncodingConformance):
+    """Every forward shard whose output cells form a group is stored swapped."""
+
+    strategy = "full-compact-fwd"
+
+    def setup_method(self, method):
+        super().setup_method(method)
+        self._patches.append(mock.patch.object(full_compact, "SWAPPED", "always"))
+        self._patches[-1].start()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("h,w", [(3, 4), (40, 48), (90, 70)])
+def test_swapped_forward_index_answers_like_brute_force(tmp_path, kind, h, w):
+    pairs, out_shape, in_shapes = pair_set(kind, h, w, flagged=0.05)
+    with mock.patch.object(full_compact, "SWAPPED", "always"):
+        st_ = write_shard(tmp_path, "full-compact-fwd", pairs, out_shape, in_shapes)
+    rng = np.random.default_rng(2)
+    n_out, n_in = int(np.prod(out_shape)), int(np.prod(in_shapes[0]))
+    with open_shard(st_["path"]) as r:
+        if kind == "cleaner" and h * w > 1000:
+            assert r.meta["compact"]["0"].get("swapped")
+        for n in (1, 7, 300, None):
+            q = (np.arange(n_out, dtype=np.uint64) if n is None
+                 else np.unique(rng.integers(0, n_out, n)).astype(np.uint64))
+            qi = (np.arange(n_in, dtype=np.uint64) if n is None
+                  else np.unique(rng.integers(0, n_in, n)).astype(np.uint64))
+            assert set(r.backward(q, 0).tolist()) == brute_backward(pairs, q, 0)
+            assert set(r.forward(qi, 0).tolist()) == brute_forward(pairs, qi, 0)
+
+
+def test_the_cleaner_forward_is_its_backward_grouping_read_the_other_way(tmp_path):
+    """Keyed by input cell a flagged pixel's box is 25 patterns; keyed by output cell it is
+    one: the forward index stores the latter, a small fraction of the former."""
+    one = _logical(tmp_path, "full-one-fwd", "cleaner", 128, 128)
+    compact = _logical(tmp_path, "full-compact-fwd", "cleaner", 128, 128)
+    assert compact <= 0.05 * one, (compact, one)
