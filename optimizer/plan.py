@@ -28,7 +28,7 @@ from optimizer.calibration import Calibration, load_calibration
 from optimizer.costs import DIRECTIONS, CostModel, direction_of, summarize
 from optimizer.stats import OpProfile, load_profiles
 from optimizer.workload import Workload, everything, from_file, from_query_log
-from subzero.engine import layout
+from subzero.engine import datastore, layout
 from subzero.engine.catalog import Catalog
 from subzero.engine.homeconfig import home_exists, open_catalog
 from subzero.engine.runs import load_run
@@ -220,7 +220,7 @@ def newest_run(cat: Catalog, wf: Any) -> str:
     for r in same_name:
         if r["status"] == "complete" and _shapes_match(wf, cat.arrays(r["id"])):
             return r["id"]
-    home = cat.home
+    home = datastore.home_name(cat.home)
     if same_name:
         raise CatalogError(
             f"no complete run of workflow {wf.name!r} with these parameters in {home} to take "
@@ -262,10 +262,12 @@ def optimize(wf: Any = None, home: Any = None, run: str | None = None,
     if not home_exists(home):
         if wf is not None:
             raise CatalogError(
-                f"no complete run of workflow {wf.name!r} in {home} to take statistics from "
+                f"no complete run of workflow {wf.name!r} in {datastore.home_name(home)} to "
+                "take statistics from "
                 f"(no SubZero home there); run it once first, e.g. subzero run {wf.name} "
                 "--strategy blackbox")
-        raise CatalogError(f"no SubZero home at {home} (run a workflow first, or pass --home)")
+        raise CatalogError(f"no SubZero home at {datastore.home_name(home)} (run a workflow "
+                           "first, or pass --home)")
     cat = open_catalog(home)
     try:
         rid = run if run is not None else newest_run(cat, wf)

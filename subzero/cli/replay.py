@@ -14,7 +14,7 @@ from typing import Any
 from subzero.api import Run
 from subzero.cli.common import (add_changed_code_flag, cells_from_args, emit_json, load_npy,
                                 table)
-from subzero.engine import layout
+from subzero.engine import datastore, layout
 from subzero.engine.homeconfig import home_exists, open_catalog
 from subzero.engine.runs import load_run
 from subzero.errors import ReplayError
@@ -28,7 +28,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise ReplayError("give exactly one of --set VALUE, --values F.npy or --nan")
     home = layout.resolve_home(args.home)
     if not home_exists(home):
-        raise ReplayError(f"no SubZero home at {home} (run a workflow first, or pass --home)")
+        raise ReplayError(f"no SubZero home at {datastore.home_name(home)} (run a workflow "
+                          "first, or pass --home)")
     cat = open_catalog(home)
     try:
         info = cat.run(args.run)

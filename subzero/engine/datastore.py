@@ -183,6 +183,16 @@ def remote_url(home: str | os.PathLike) -> str | None:
     return None if m is None or os.fspath(home) != str(m.root) else m.url
 
 
+def home_name(home: str | os.PathLike) -> str:
+    """How messages name ``home``: its URL when it is an object-store home's mount, else
+    its path.
+
+    >>> home_name("/data/home")
+    '/data/home'
+    """
+    return remote_url(home) or os.fspath(home)
+
+
 # -- small files ----------------------------------------------------------------------------
 def push(path: str | os.PathLike) -> None:
     """Upload the local file ``path`` of a mounted home (nothing for a local home)."""

@@ -180,13 +180,13 @@ def catalog_url(home: Path, url: str | None = None) -> str:
     if config is not None:
         if asked is not None and without_password(asked) != config.catalog:
             raise CatalogError(
-                f"the home {home} uses the catalog {config.catalog}, not "
+                f"the home {datastore.home_name(home)} uses the catalog {config.catalog}, not "
                 f"{without_password(asked)} (leave --catalog and $SUBZERO_CATALOG out, or "
                 "use another --home)")
         return asked or config.catalog  # the request may carry the password
     if asked is not None and asked != "sqlite" and layout.catalog_path(home).is_file():
-        raise CatalogError(f"the home {home} has its own SQLite catalog; it cannot use "
-                           f"{without_password(asked)} (use another --home)")
+        raise CatalogError(f"the home {datastore.home_name(home)} has its own SQLite catalog; "
+                           f"it cannot use {without_password(asked)} (use another --home)")
     return asked or "sqlite"
 
 
@@ -220,7 +220,7 @@ def open_catalog(home: str | os.PathLike | Path, url: str | None = None, *,
     if home.exists() and not home.is_dir():
         raise CatalogError(f"SubZero home {home} is a file; expected a folder (--home DIR)")
     if not create and not home_exists(home):
-        raise CatalogError(f"no SubZero home at {datastore.remote_url(home) or home} (run a "
+        raise CatalogError(f"no SubZero home at {datastore.home_name(home)} (run a "
                            "workflow first, or pass --home)")
     which = catalog_url(home, url)
     if which == "sqlite":
@@ -264,7 +264,8 @@ def _claim(cat: Any, home: Path, config: HomeConfig | None, url: str) -> None:
         owner = None if row is None else row["value"]
         if config is None or owner not in (None, mine):
             raise CatalogError(f"the catalog {without_password(url)} cannot be written by "
-                               f"this user and does not belong to the home {home}")
+                               "this user and does not belong to the home "
+                               f"{datastore.home_name(home)}")
         return
     with cat.tx() as db:
         row = db.execute(owner_sql).fetchone()
@@ -273,11 +274,12 @@ def _claim(cat: Any, home: Path, config: HomeConfig | None, url: str) -> None:
             if config is None and db.execute("SELECT id FROM runs LIMIT 1").fetchone():
                 raise CatalogError(
                     f"the catalog {without_password(url)} already records runs of another "
-                    f"home; expected an empty database for {home}")
+                    f"home; expected an empty database for {datastore.home_name(home)}")
             db.execute("INSERT INTO meta (key, value) VALUES ('home', ?)", (mine,))
             owner = mine
     if owner != mine:
         raise CatalogError(f"the catalog {without_password(url)} belongs to another SubZero "
-                           f"home, not {home} (give each home a database of its own)")
+                           f"home, not {datastore.home_name(home)} (give each home a database "
+                           "of its own)")
     if config is None:
         _write_config(home, HomeConfig(id=mine, catalog=without_password(url)))

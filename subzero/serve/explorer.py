@@ -31,7 +31,7 @@ import numpy as np
 
 from subzero.api import Run
 from subzero.cells import Box, check_coords, parse_cells, size_of
-from subzero.engine import layout
+from subzero.engine import datastore, layout
 from subzero.engine.arrays import chunk_file, grid_keys, read_array, read_box
 from subzero.engine.homeconfig import home_exists, open_catalog
 from subzero.engine.runs import load_run
@@ -152,7 +152,8 @@ class Explorer:
         self.home = layout.resolve_home(home)
         self.allow_changed_code = allow_changed_code
         if not home_exists(self.home):
-            raise StoreError(f"no SubZero home at {self.home} (no catalog there); "
+            raise StoreError(f"no SubZero home at {datastore.home_name(self.home)} (no catalog "
+                             "there); "
                              "expected a home with runs (subzero run ... --home DIR)")
         self.catalog = open_catalog(self.home)
         self._warm: dict[str, _Warm] = {}

@@ -194,3 +194,10 @@ def test_gc_sweeps_shard_objects_no_row_names(remote, plan, s3_server):
     p = run_cli("gc", "--home", remote.url, env=remote.env())
     assert p.returncode == 0, p.stderr
     assert remote.objects("lab/home/runs/r1/lineage/") == keys
+
+
+def test_a_reading_command_on_an_empty_bucket_names_the_url(remote):
+    p = run_cli("runs", "--home", remote.url, env=remote.env())
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert f"no SubZero home at {remote.url} " in p.stderr
+    assert remote.objects() == []
