@@ -8,6 +8,11 @@ from pathlib import Path
 
 import pytest
 
+# the test servers (PostgreSQL, S3), registered here once: a session fixture imported into
+# several test modules would start a server per module
+from tests.servers.postgres import postgres_server  # noqa: E402,F401
+from tests.servers.s3 import s3_auth_server, s3_server  # noqa: E402,F401
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("SUBZERO_DATA", ROOT.parent / "shared" / "data"))
 

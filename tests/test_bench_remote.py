@@ -12,7 +12,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import bench_remote as br
 
 from tests.servers.postgres import _programs
-from tests.servers.s3 import s3_server  # noqa: F401
 
 pytest.importorskip("obstore", reason="the remote extra is not installed: pip install -e "
                                       "'.[remote]'")

@@ -34,7 +34,6 @@ from subzero.engine.catalog import (
 )
 from subzero.errors import CatalogError
 from tests.engine.test_catalog import _shard
-from tests.servers.postgres import postgres_server  # noqa: F401
 
 _NAMES = itertools.count()
 

@@ -32,13 +32,12 @@ from subzero.errors import DamagedError, StoreError
 from tests.encoders.conformance import write_shard
 from tests.encoders.test_layouts import per_pixel_box
 from tests.engine.test_chunkstore import DATA, KEYS, ChunkStoreTests
-from tests.servers.s3 import s3_auth_server, s3_server  # noqa: F401
 
 BUCKET = "subzero-objects"
 
 
 @pytest.fixture(scope="module")
-def bucket(s3_server):  # noqa: F811
+def bucket(s3_server):
     return s3_server.make_bucket(BUCKET)
 
 
@@ -48,7 +47,7 @@ def fresh_store(server, bucket: str) -> ObjectStore:
 
 
 @pytest.fixture
-def objects(s3_server, bucket):  # noqa: F811
+def objects(s3_server, bucket):
     return fresh_store(s3_server, bucket)
 
 
@@ -104,7 +103,7 @@ def test_a_large_file_goes_up_in_parts_and_comes_down_whole(objects, tmp_path):
 
 
 def test_a_store_pickles_without_its_client_and_never_shows_the_secret(
-        s3_server, bucket):  # noqa: F811
+        s3_server, bucket):
     store = fresh_store(s3_server, bucket)
     store.put("k", b"v")
     again = pickle.loads(pickle.dumps(store))
@@ -128,7 +127,7 @@ class TestS3ChunkStore(ChunkStoreTests):
 
     @pytest.fixture(autouse=True, scope="class")
     @classmethod
-    def _server(cls, s3_server, bucket):  # noqa: F811
+    def _server(cls, s3_server, bucket):
         cls.server = s3_server
 
     def make_store(self, root: Path) -> ChunkStore:
@@ -146,7 +145,7 @@ class TestS3ChunkStore(ChunkStoreTests):
 
 
 @pytest.fixture(params=["local", "s3"])
-def any_store(request, tmp_path, s3_server, bucket):  # noqa: F811
+def any_store(request, tmp_path, s3_server, bucket):
     if request.param == "local":
         return LocalChunkStore(tmp_path / "a.zarr")
     return S3ChunkStore(fresh_store(s3_server, bucket), "runs/r1/a.zarr")
@@ -197,7 +196,7 @@ ND_CHUNKS = st.integers(1, 3).flatmap(lambda n: st.dictionaries(
     HealthCheck.function_scoped_fixture])
 @given(chunks=ND_CHUNKS)
 def test_the_objects_mirror_the_local_files(
-        s3_server, bucket, tmp_path_factory, chunks):  # noqa: F811
+        s3_server, bucket, tmp_path_factory, chunks):
     root = tmp_path_factory.mktemp("mirror") / "x.zarr"
     local = LocalChunkStore(root)
     objects = fresh_store(s3_server, bucket)
@@ -353,7 +352,7 @@ _FETCH = ("import sys; from subzero.engine.objectstore import ObjectStore, Shard
 
 
 def test_two_processes_fetching_one_shard_both_succeed(
-        s3_server, objects, shard, tmp_path):  # noqa: F811
+        s3_server, objects, shard, tmp_path):
     local, digest = shard
     desc = upload_shard(objects, local, "lin/a4")
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
@@ -377,7 +376,7 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
-def test_an_unreachable_endpoint_is_one_line_within_seconds(s3_server, bucket):  # noqa: F811
+def test_an_unreachable_endpoint_is_one_line_within_seconds(s3_server, bucket):
     port = _closed_port()
     env = dict(s3_server.env, AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
     store = ObjectStore(s3_server.url(bucket, "h"), env=env)
@@ -392,7 +391,7 @@ def test_an_unreachable_endpoint_is_one_line_within_seconds(s3_server, bucket): 
     assert time.monotonic() - t0 < 10
 
 
-def test_an_endpoint_that_never_answers_is_one_line_within_seconds(s3_server, bucket):  # noqa: F811
+def test_an_endpoint_that_never_answers_is_one_line_within_seconds(s3_server, bucket):
     with socket.socket() as silent:  # accepts connections (the backlog), answers nothing
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
@@ -404,7 +403,7 @@ def test_an_endpoint_that_never_answers_is_one_line_within_seconds(s3_server, bu
     one_line(e)
 
 
-def test_a_missing_bucket_is_one_line(s3_server):  # noqa: F811
+def test_a_missing_bucket_is_one_line(s3_server):
     store = ObjectStore(s3_server.url("no-such-bucket", "h"), env=s3_server.env)
     t0 = time.monotonic()
     with pytest.raises(StoreError, match=rf"bucket 'no-such-bucket' does not exist at "
@@ -417,7 +416,7 @@ def test_a_missing_bucket_is_one_line(s3_server):  # noqa: F811
 
 
 @pytest.mark.parametrize("wrong", ["secret", "key"])
-def test_wrong_credentials_are_one_line_without_the_secret(s3_auth_server, wrong):  # noqa: F811
+def test_wrong_credentials_are_one_line_without_the_secret(s3_auth_server, wrong):
     server = s3_auth_server
     bucket = server.make_bucket("guarded")
     ObjectStore(server.url(bucket, "h"), env=server.env).check()  # the right ones pass
@@ -436,7 +435,7 @@ def test_wrong_credentials_are_one_line_without_the_secret(s3_auth_server, wrong
         store.put("x", b"y")
 
 
-def test_plain_http_needs_aws_allow_http(s3_server, bucket):  # noqa: F811
+def test_plain_http_needs_aws_allow_http(s3_server, bucket):
     env = {k: v for k, v in s3_server.env.items() if k != "AWS_ALLOW_HTTP"}
     with pytest.raises(StoreError, match=r"plain http; set AWS_ALLOW_HTTP=true"):
         ObjectStore(s3_server.url(bucket), env=env)

@@ -14,7 +14,6 @@ import pytest
 
 from subzero.engine import homeconfig
 from tests.conftest import ROOT, run_cli
-from tests.servers.postgres import postgres_server  # noqa: F401
 
 QUERY = ("query", "latest", "backward", "--from", "bright", "--cells", "3,4;10,10", "--to", "image",
          "--json")

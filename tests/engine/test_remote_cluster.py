@@ -23,8 +23,6 @@ from subzero.engine import homeconfig
 from subzero.engine.cluster import start_cluster
 from subzero.engine.runner import run_workflow
 from tests.conftest import ROOT
-from tests.servers.postgres import postgres_server  # noqa: F401
-from tests.servers.s3 import s3_server  # noqa: F401
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.spark]
 

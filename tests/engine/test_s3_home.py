@@ -14,8 +14,6 @@ import pytest
 
 from subzero.engine import homeconfig
 from tests.conftest import run_cli
-from tests.servers.postgres import postgres_server  # noqa: F401
-from tests.servers.s3 import s3_auth_server, s3_server  # noqa: F401
 
 QUERY = ("query", "latest", "backward", "--from", "bright", "--cells", "3,4;10,10;40,7",
          "--to", "image", "--json")

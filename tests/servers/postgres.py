@@ -2,9 +2,7 @@
 temporary folder, listening on 127.0.0.1 only, a superuser with a known password (scram),
 stopped by its PID.
 
-A test module uses it by importing the fixture::
-
-    from tests.servers.postgres import postgres_server  # noqa: F401
+Tests use its fixture by name (``tests/conftest.py`` registers it)::
 
     def test_something(postgres_server):
         url = postgres_server.url(postgres_server.create_database("mine"))

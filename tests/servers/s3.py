@@ -1,9 +1,7 @@
 """A throwaway S3 API server for the tests: moto's server mode on 127.0.0.1, stopped by
 its PID.
 
-A test module uses it by importing the fixture::
-
-    from tests.servers.s3 import s3_server  # noqa: F401
+Tests use its fixture by name (``tests/conftest.py`` registers it)::
 
     def test_something(s3_server):
         url = s3_server.url(s3_server.make_bucket("mine"), "home")
