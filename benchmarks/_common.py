@@ -24,6 +24,17 @@ def parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
+def positive_int(text: str) -> int:
+    """A positive integer argument (argparse reports anything else in one line)."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return n
+
+
 def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, list[float], Any]:
     """Median wall time of ``repeat`` calls, all times, and the last result."""
     times, res = [], None

@@ -93,7 +93,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, emit, parser
+from _common import ROOT, emit, parser, positive_int
 
 WORKFLOW = "astronomy"
 STRATEGY = "subzero"
@@ -838,16 +838,6 @@ def _ms(v: float | None) -> float | None:
 # ---------------------------------------------------------------------------------------
 
 
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return n
-
-
 def _floats(text: str) -> list[float]:
     try:
         vals = [float(v) for v in text.split(",") if v.strip()]
@@ -874,9 +864,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                    help="cell factors, perfect squares (default 1,16; --quick 1)")
     p.add_argument("--base", type=_shape, help="the 1x exposure shape RxC (default 2001x513; "
                    "--quick 250x64)")
-    p.add_argument("--repeat", type=_positive,
+    p.add_argument("--repeat", type=positive_int,
                    help="runs per home and configuration (default 3; --quick 1)")
-    p.add_argument("--query-repeat", type=_positive,
+    p.add_argument("--query-repeat", type=positive_int,
                    help="warm calls per query process (default 10; --quick 3)")
     p.add_argument("--latency-ms", type=_floats, default=list(LATENCIES_MS),
                    help="per-request latencies of the models, ms (default 30,100)")

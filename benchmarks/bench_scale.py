@@ -111,7 +111,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, emit, parser  # noqa: E402
+from _common import ROOT, emit, parser, positive_int  # noqa: E402
 
 import subzero  # noqa: E402,F401 - first: one OpenBLAS thread, as in the runs (see its __init__)
 import numpy as np  # noqa: E402
@@ -872,17 +872,6 @@ def plot(doc: dict[str, Any], path: Path) -> None:
 # ---------------------------------------------------------------------------------------
 
 
-def _positive(text: str) -> int:
-    """A positive integer argument (argparse reports anything else in one line)."""
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return n
-
-
 def _ints(text: str) -> list[int]:
     vals = [int(v) for v in text.split(",") if v.strip()]
     if not vals or min(vals) < 1:
@@ -899,9 +888,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--png", help="write the plot into this folder (default "
                    "benchmarks/results/png, not with --quick)")
-    p.add_argument("--repeat", type=_positive, help="runs per strategy and configuration, "
+    p.add_argument("--repeat", type=positive_int, help="runs per strategy and configuration, "
                    "an even count (default 4; --quick 1)")
-    p.add_argument("--repeat-largest", type=_positive,
+    p.add_argument("--repeat-largest", type=positive_int,
                    help="runs per strategy for the largest configurations (default --repeat)")
     p.add_argument("--scales", type=_ints, help="shape factors per axis k: shape (R k, C k) "
                    "(default 1,2,4,8; --quick 1,2)")
