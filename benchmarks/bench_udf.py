@@ -4,8 +4,9 @@ On a 2001 x 513 float32 image, in the driver (one process, the run's own chunkin
 
 - a 3 x 3 median reporting lineage with one ``ctx.lwrite`` per pixel (``percell``), one
   ``ctx.lwrite_pairs`` call per block (``pairs``), the decorators' vectorized call
-  (``cells``, stored as payloads under ``subzero`` and as pairs under ``full-one``), and
-  declared as the stencil it is (``stencil``: nothing stored), against no lineage;
+  (``cells``, stored as payloads under ``subzero``, as pairs under ``full-one`` and from
+  its boxes under ``full-compact``), and declared as the stencil it is (``stencil``:
+  nothing stored), against no lineage;
 - a data-dependent cleaner (0.8 % of pixels flagged by a mask input, replaced by their
   5 x 5 median) declared FULL by hand and through ``udf.cells`` (payloads, or pairs: as
   they are under ``full-one``, compressed under ``full-compact``), and as a black box.
@@ -59,6 +60,7 @@ CASES = [  # (name, workflow kind, strategy, baseline)
     ("median lwrite_pairs", "pairs", "full-one", "median-blackbox"),
     ("median udf.cells (payloads)", "cells", "subzero", "median-blackbox"),
     ("median udf.cells (pairs)", "cells", "full-one", "median-blackbox"),
+    ("median udf.cells (compact)", "cells", "full-compact", "median-blackbox"),
     ("median udf.stencil", "stencil", "subzero", "median-blackbox"),
     ("median black box", "median-blackbox", "blackbox", "median-blackbox"),
     ("cleaner FULL by hand", "cleaner-full", "full-one", "cleaner-blackbox"),

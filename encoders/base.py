@@ -204,6 +204,8 @@ class Encoding(ABC):
     - :attr:`into_mask`: ``backward``/``forward`` take ``into=``, a caller's flat bool mask
       over the answer's array, and decode a large answer straight into it, returning None
       (FullOne). Other encodings answer sorted cells, which the caller spills itself.
+    - :attr:`boxes`: ``encode`` takes a :class:`~subzero.lineage.BoxedPairs` as it is,
+      its boxes unexpanded (FullCompact); the sink expands them for the others.
 
     Instances are bound to one direction.
     """
@@ -213,6 +215,7 @@ class Encoding(ABC):
     directions: ClassVar[frozenset[Direction]]
     many: ClassVar[bool]
     into_mask: ClassVar[bool]
+    boxes: ClassVar[bool] = False
 
     def __init__(self, direction: Direction = Direction.BACKWARD) -> None:
         direction = Direction(direction)

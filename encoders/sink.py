@@ -20,7 +20,7 @@ from encoders.base import Encoding
 from encoders.layouts.pairs import canonical, pair_stats, pairs_digest
 from encoders.registry import encoding_for
 from encoders.store import ShardWriter
-from subzero.lineage import LineageSink, PairBatch, ShardSpec
+from subzero.lineage import BoxedPairs, LineageSink, PairBatch, ShardSpec
 from subzero.modes import Mode
 
 
@@ -44,8 +44,16 @@ class ShardSink(LineageSink):
         self.writer: ShardWriter | None = None
         self._payload = spec.strategy.mode in (Mode.PAY, Mode.COMP)
 
-    def write(self, batch: PairBatch) -> None:
+    def write(self, batch: PairBatch | BoxedPairs) -> None:
         if batch is None or len(batch) == 0:
+            return
+        if isinstance(batch, BoxedPairs):
+            if self._payload:
+                raise TypeError(f"strategy {self.spec.strategy.name} stores payload pairs; "
+                                "got full lineage")
+            if not self.encoding.boxes:
+                batch = batch.expand()
+            self.batches.append(batch)
             return
         if batch.is_payload != self._payload:
             raise TypeError(f"strategy {self.spec.strategy.name} stores "
@@ -60,10 +68,8 @@ class ShardSink(LineageSink):
         """Encode and publish the pairs written; with ``same_as`` (another shard's digest)
         equal to theirs, publish nothing and return only ``{"digest": ..., "same": True}``."""
         t0 = time.perf_counter()
-        pairs = PairBatch.concat(self.batches)
+        pairs = _gathered(self.batches)
         self.batches = []
-        if pairs is not None:
-            pairs = canonical(pairs)
         digest = pairs_digest(pairs)
         if same_as is not None and digest == same_as:
             return {"digest": digest, "same": True}
@@ -89,12 +95,24 @@ class ShardSink(LineageSink):
             self.writer = None
 
 
+def _gathered(batches: list) -> PairBatch | BoxedPairs | None:
+    """The batches written, as one canonical batch (a :class:`BoxedPairs` when some of
+    them are: the explicit pairs together, every part kept)."""
+    if not any(isinstance(b, BoxedPairs) for b in batches):
+        pairs = PairBatch.concat(batches)
+        return canonical(pairs) if pairs is not None else None
+    explicit = PairBatch.concat([b.pairs if isinstance(b, BoxedPairs) else b
+                                 for b in batches])
+    parts = tuple(p for b in batches if isinstance(b, BoxedPairs) for p in b.parts)
+    return BoxedPairs(canonical(explicit) if explicit is not None else None, parts)
+
+
 def make_sink(spec: ShardSpec) -> ShardSink:
     """The sink that stores ``spec``'s strategy as one shard at ``spec.path``."""
     return ShardSink(spec)
 
 
-def write_shard(spec: ShardSpec, batch: PairBatch | None, same_as: str | None = None
+def write_shard(spec: ShardSpec, batch: PairBatch | BoxedPairs | None, same_as: str | None = None
                 ) -> dict[str, Any]:
     """Store ``batch`` (None or empty: an empty shard) as the shard ``spec`` describes and
     return the sink's statistics (see :class:`ShardSink`; ``same_as``: nothing stored when

@@ -63,7 +63,7 @@ from operators.base import (
     AllToAllOperator, ElementwiseOperator, StencilOperator, UDF, box_neighbours,
     broadcast_map_b, broadcast_map_f,
 )
-from subzero.cells import Box, Ragged, dilate, parse_shape, to_coords, unique
+from subzero.cells import Box, Ragged, box_cells, dilate, parse_shape, to_coords, unique
 from subzero.errors import CellError, WorkflowError
 from subzero.modes import Mode
 from subzero.operator import BLOCKWISE, ELEMENTWISE, GLOBAL, Operator, Parallelism
@@ -754,41 +754,6 @@ class Lineage:
         return np.asarray(self._ctx.chunk.in_boxes[i].lo, dtype=np.int64)
 
 
-def _expand_boxes(lo: np.ndarray, hi: np.ndarray, shape: Shape) -> Ragged:
-    """The cells of boxes ``[lo, hi)`` (``(n, ndim)``, inside ``shape``) as a Ragged of
-    linear indices in C order, one broadcast add per distinct box shape."""
-    n = len(lo)
-    if n == 0:
-        return Ragged.empty()
-    ext = hi - lo
-    sizes = np.prod(ext, axis=1)
-    strides = np.ones(len(shape), dtype=np.int64)
-    for d in range(len(shape) - 2, -1, -1):
-        strides[d] = strides[d + 1] * shape[d + 1]
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(sizes, out=offsets[1:])
-    values = np.empty(int(offsets[-1]), dtype=np.uint64)
-    start = lo @ strides
-    # group the boxes by shape: one integer key per shape, sorted once
-    span = ext.max(axis=0) + 1
-    key = np.ravel_multi_index(tuple(ext.T), tuple(span)) if len(shape) else np.zeros(n, int)
-    order = np.argsort(key, kind="stable")
-    kinds, first = np.unique(key[order], return_index=True)
-    bounds = np.append(first, n)
-    for k in range(len(kinds)):
-        rows = order[bounds[k]:bounds[k + 1]]
-        e = ext[rows[0]]
-        size = int(np.prod(e))
-        if size == 0:
-            continue
-        grid = np.zeros((), dtype=np.int64)
-        for d in range(len(shape)):
-            grid = np.add.outer(grid, np.arange(e[d], dtype=np.int64) * strides[d])
-        at = offsets[rows][:, None] + np.arange(size)
-        values[at] = (start[rows][:, None] + grid.reshape(-1)).astype(np.uint64)
-    return Ragged(values, offsets)
-
-
 class _Cells(_Decorated, UDF):
     _default: Any = "elementwise"
     _halo: Any = 0
@@ -904,33 +869,37 @@ class _Cells(_Decorated, UDF):
             self._emit_payloads(ctx, records)
 
     def _emit_full(self, ctx: TaskContext, records: list) -> None:
+        """The records and the default mapping as full lineage: boxes around cells (and
+        the default's identity or box) through ``ctx.lwrite_box``, which keeps them as
+        masks where it can; absolute boxes and cells as pairs."""
         n_in = len(self.in_shapes)
-        covered = []
+        box = ctx.chunk.out_box
+        base = np.asarray(box.lo, dtype=np.int64)
+        covered = np.zeros(box.shape, dtype=bool)
         for kind, lin, ins, data, c in records:
-            covered.append(lin)
+            mine = np.zeros(box.shape, dtype=bool)
+            mine[tuple((c - base).T)] = True
+            covered |= mine
+            if kind == _REL:
+                ctx.lwrite_box(mine, data[0], data[1], inputs=ins)
+                continue
             sides = []
             for i in range(n_in):
                 if i not in ins:
                     sides.append(Ragged.empty(len(lin)))
-                    continue
-                shape = self.in_shapes[i]
-                if kind == _REL:
-                    lo = np.maximum(c + data[0], 0)
-                    hi = np.minimum(c + data[1], np.asarray(shape))
-                    sides.append(_expand_boxes(lo, hi, shape))
                 elif kind == _ABS:
-                    sides.append(_expand_boxes(data[0], data[1], shape))
+                    sides.append(box_cells(data[0], data[1], self.in_shapes[i]))
                 else:
                     k = data.shape[1]
                     sides.append(Ragged(data.reshape(-1),
                                         np.arange(len(lin) + 1, dtype=np.int64) * k))
             ctx.lwrite_pairs(Ragged.from_singletons(lin), *sides)
-        out_lin = ctx.chunk.out_box.linear(self.out_shape)
-        if covered and self._default != "none":
-            out_lin = out_lin[~np.isin(out_lin, np.concatenate(covered))]
-        if len(out_lin) and self._default != "none":
-            ctx.lwrite_pairs(Ragged.from_singletons(out_lin),
-                             *[self._default_ragged(out_lin, i) for i in range(n_in)])
+        d = self._default
+        if d == "none" or covered.all():
+            return
+        r = (0,) * len(self.out_shape) if d == "elementwise" else _fits(
+            self, d, self.out_shape, self.who())
+        ctx.lwrite_box(~covered, tuple(-x for x in r), tuple(x + 1 for x in r))
 
     def _emit_payloads(self, ctx: TaskContext, records: list) -> None:
         """One payload per recorded output cell: its records, concatenated."""
@@ -998,7 +967,7 @@ class _Cells(_Decorated, UDF):
                 off = body.view("<i4").reshape(2, -1).astype(np.int64)
                 lo = np.maximum(c + off[0], 0)
                 hi = np.minimum(c + off[1], np.asarray(shape))
-                parts.append(_expand_boxes(lo, hi, shape).values)
+                parts.append(box_cells(lo, hi, shape).values)
             elif kind == _ABS:
                 box = body.view("<i8").reshape(2, -1)
                 parts.append(Box(tuple(box[0].tolist()), tuple(box[1].tolist())).linear(shape))
@@ -1013,7 +982,7 @@ class _Cells(_Decorated, UDF):
         if rel is None:
             return None
         _, lo, hi = rel
-        return _expand_boxes(lo, hi, self.in_shapes[i]).values
+        return box_cells(lo, hi, self.in_shapes[i]).values
 
     def _relative_rows(self, outcells: np.ndarray, payloads: np.ndarray, i: int
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:

@@ -47,7 +47,7 @@ from subzero.chunking import chunk_grid
 from subzero.engine import arrays, layout
 from subzero.engine.spark import get_spark
 from subzero.engine.tasks import make_jobs, run_jobs
-from subzero.lineage import PairBatch
+from subzero.lineage import PairBatch, as_pairs
 from subzero.modes import FULL_MANY_BWD, FULL_ONE_BWD, PAY_ONE_BWD, Mode, Strategy
 from subzero.query.costs import QueryCosts
 from subzero.query.stored import group_by_payload
@@ -362,6 +362,7 @@ def _reexec_jobs(scratch: Path, shape: tuple[int, int], chunk: tuple[int, int], 
 
 
 def _count_join(ch: Any, full: Any, pay: Any) -> int:
+    full = as_pairs(full)
     return 0 if full is None else int(len(np.unique(full.ins[0].values)))
 
 

@@ -41,7 +41,7 @@ from subzero.engine.homeconfig import open_catalog
 from subzero.engine.reexec import reexecute
 from subzero.engine.runs import load_run
 from subzero.errors import CatalogError
-from subzero.lineage import PairBatch
+from subzero.lineage import BoxedPairs, PairBatch, as_pairs
 from subzero.modes import Mode, Strategy
 from subzero.query.reexec import tile_shape
 from subzero.runtime import ChunkContext
@@ -157,8 +157,8 @@ class OpProfile:
 # ---------------------------------------------------------------------------------------
 
 
-def _probe(ch: ChunkContext, pairs: PairBatch | None, probe: tuple[str, str, tuple[str, ...]]
-           ) -> dict[str, list[float]]:
+def _probe(ch: ChunkContext, pairs: PairBatch | BoxedPairs | None,
+           probe: tuple[str, str, tuple[str, ...]]) -> dict[str, list[float]]:
     """Write the tile's pairs through each strategy's sink into a scratch home, keep the
     bytes and seconds it reports, and delete the shard."""
     scratch, op_name, names = probe
@@ -176,16 +176,17 @@ def _probe(ch: ChunkContext, pairs: PairBatch | None, probe: tuple[str, str, tup
     return out
 
 
-def _tile_stats(ch: ChunkContext, full: PairBatch | None, pay: PairBatch | None,
+def _tile_stats(ch: ChunkContext, full: PairBatch | BoxedPairs | None, pay: PairBatch | None,
                 probe: tuple[str, str, tuple[str, ...]] | None = None) -> dict:
     """Reduce one re-executed tile's pairs to counts inside its task (module level: shipped
     to Spark by reference; nothing large travels back). With ``probe`` also encode them
     through the real sinks (:func:`_probe`)."""
     d: dict[str, Any] = {"cells": int(ch.out_box.size)}
-    if probe is not None:
+    if probe is not None:  # as a run stores them: boxes unexpanded where they are
         strategies = [Strategy.parse(n) for n in probe[2]]
         d["probe"] = _probe(ch, full if strategies and strategies[0].mode is Mode.FULL else pay,
                             probe)
+    full = as_pairs(full)
     if full is not None and len(full):
         d["full"] = {
             "pairs": len(full), "out_cells": full.out_cells, "in_cells": full.in_cells,

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from subzero.cells import Box, Ragged, as_linear, to_coords, unique
+from subzero.cells import Box, Ragged, as_linear, box_cells, to_coords, unique
 from subzero.frontier import Frontier
 from subzero.modes import Strategy
 
@@ -89,6 +89,124 @@ class PairBatch:
                          payload=self.payload.take(keep))
 
 
+@dataclass(frozen=True, eq=False)
+class BoxLineage:
+    """Cells of one output block that each depend on a box at a fixed offset around them.
+
+    Output cell ``c`` (a cell of ``mask``, a bool array over ``box``) depends on the input
+    cells ``[c + lo, c + hi)``, clipped at the array's border, of every input ``i`` with
+    ``inputs[i]`` (on none of the others). ``shape`` is the output's shape and every such
+    input's. ``lo <= 0 < hi`` per axis, so every cell's box holds the cell itself.
+
+    This is the regular lineage operators declare in bulk (an elementwise step's identity,
+    ``lo = 0, hi = 1``; a stencil's box; a cleaner's flagged pixels and their 5 x 5 box),
+    kept as a mask so that an encoding that stores structure (FullCompact) never expands it
+    into pairs; :meth:`expand` gives the pairs for every other encoding.
+
+    >>> b = BoxLineage(Box((0, 0), (2, 3)), np.array([[1, 0, 0], [0, 0, 1]], bool),
+    ...                (0, 0), (1, 2), (True,), (2, 3))
+    >>> p = b.expand()
+    >>> p.out.values.tolist(), [r.tolist() for r in p.ins[0].rows()]
+    ([0, 5], [[0, 1], [5]])
+    >>> len(b), b.in_cells
+    (2, 3)
+    """
+
+    box: Box
+    mask: np.ndarray
+    lo: tuple[int, ...]
+    hi: tuple[int, ...]
+    inputs: tuple[bool, ...]
+    shape: tuple[int, ...]
+
+    def __len__(self) -> int:
+        return int(np.count_nonzero(self.mask))
+
+    def coords(self) -> np.ndarray:
+        """The cells' global coordinates, ``(n, ndim)`` int64, in C order."""
+        return np.argwhere(self.mask).astype(np.int64) + np.asarray(self.box.lo, np.int64)
+
+    def keys(self) -> np.ndarray:
+        """The cells' linear indices in the output (sorted, uint64)."""
+        flat = np.flatnonzero(self.mask.reshape(-1))
+        return self.box.linear(self.shape)[flat]
+
+    def _extents(self) -> list[np.ndarray]:
+        """Per axis, the clipped box extent of every coordinate of ``box`` on that axis."""
+        out = []
+        for a, b, l, h, n in zip(self.box.lo, self.box.hi, self.lo, self.hi, self.shape):
+            x = np.arange(a, b, dtype=np.int64)
+            out.append(np.minimum(x + h, n) - np.maximum(x + l, 0))
+        return out
+
+    @property
+    def in_cells(self) -> int:
+        """Input cells over all of the cells' boxes and inputs (as ``PairBatch.in_cells``)."""
+        k = sum(self.inputs)
+        if not k or not self.mask.any():
+            return 0
+        if all(h - l == 1 for l, h in zip(self.lo, self.hi)):
+            return k * len(self)
+        w = np.ones((), dtype=np.int64)
+        for e in self._extents():
+            w = np.multiply.outer(w, e)
+        return k * int(w[self.mask].sum())
+
+    def where(self, mask: np.ndarray) -> "BoxLineage":
+        """The same lineage for the cells of ``mask`` (over ``box``) only."""
+        return BoxLineage(self.box, self.mask & mask, self.lo, self.hi, self.inputs,
+                          self.shape)
+
+    def expand(self) -> "PairBatch":
+        """The lineage as pairs: one per cell, in C order, its box's cells sorted."""
+        c = self.coords()
+        n = len(c)
+        out = Ragged.from_singletons(self.keys())
+        lo = np.maximum(c + np.asarray(self.lo, np.int64), 0)
+        hi = np.minimum(c + np.asarray(self.hi, np.int64), np.asarray(self.shape, np.int64))
+        cells = box_cells(lo, hi, self.shape) if any(self.inputs) else None
+        return PairBatch(out, ins=tuple(cells if f else Ragged.empty(n)
+                                        for f in self.inputs))
+
+
+@dataclass(frozen=True, eq=False)
+class BoxedPairs:
+    """A task's FULL lineage as explicit ``pairs`` plus :class:`BoxLineage` ``parts``.
+
+    A cell in several of them depends on the union of their sets, as with pairs. Sinks of
+    encodings that take it as it is (:attr:`encoders.base.Encoding.boxes`) keep the parts
+    unexpanded; the others store :meth:`expand`.
+    """
+
+    pairs: PairBatch | None
+    parts: tuple[BoxLineage, ...]
+
+    is_payload = False
+
+    def __len__(self) -> int:
+        return (len(self.pairs) if self.pairs is not None else 0) + sum(
+            len(p) for p in self.parts)
+
+    @property
+    def out_cells(self) -> int:
+        return (self.pairs.out_cells if self.pairs is not None else 0) + sum(
+            len(p) for p in self.parts)
+
+    @property
+    def in_cells(self) -> int:
+        return (self.pairs.in_cells if self.pairs is not None else 0) + sum(
+            p.in_cells for p in self.parts)
+
+    def expand(self) -> PairBatch | None:
+        """Every part as pairs, after the explicit pairs."""
+        return PairBatch.concat([self.pairs, *(p.expand() for p in self.parts)])
+
+
+def as_pairs(batch: "PairBatch | BoxedPairs | None") -> PairBatch | None:
+    """``batch`` as a :class:`PairBatch` (a :class:`BoxedPairs` expanded)."""
+    return batch.expand() if isinstance(batch, BoxedPairs) else batch
+
+
 @dataclass(frozen=True)
 class ShardSpec:
     """What a sink needs to know about the shard it writes (a frozen spec, no I/O)."""
@@ -128,8 +246,8 @@ class MemorySink(LineageSink):
         self.spec = spec
         self.batches: list[PairBatch] = []
 
-    def write(self, batch: PairBatch) -> None:
-        self.batches.append(batch)
+    def write(self, batch: "PairBatch | BoxedPairs") -> None:
+        self.batches.append(as_pairs(batch))
 
     def close(self) -> dict[str, Any]:
         b = PairBatch.concat(self.batches)
@@ -322,5 +440,5 @@ def expand_pairs(batch: PairBatch, i: int) -> set[tuple[int, int]]:
     return pairs
 
 
-__all__ = ["PairBatch", "PairsFor", "ShardSpec", "LineageSink", "MemorySink", "expand_pairs",
-           "group_by_payload", "payload_lineage"]
+__all__ = ["BoxLineage", "BoxedPairs", "PairBatch", "PairsFor", "ShardSpec", "LineageSink",
+           "MemorySink", "as_pairs", "expand_pairs", "group_by_payload", "payload_lineage"]

@@ -6,7 +6,10 @@ asks for ``FULL``, ``PAY`` or ``COMP`` lineage, the operator reports region pair
 - ``ctx.lwrite(outcells, *incells)``: one region pair (full lineage), one cell set per input;
 - ``ctx.lwrite(outcells, payload=b"...")``: one payload pair;
 - ``ctx.lwrite_pairs(outcells, *incells)`` / ``ctx.lwrite_pairs(outcells, payloads=...)``:
-  many pairs in one call (the fast path: per-pixel lineage of a million pixels is one call).
+  many pairs in one call (the fast path: per-pixel lineage of a million pixels is one call);
+- ``ctx.lwrite_box(outcells, lo, hi)``: each output cell depends on a box at a fixed offset
+  around it (an elementwise step, a stencil, a cleaner's flagged pixels), kept as one
+  :class:`~subzero.lineage.BoxLineage` rather than a pair per cell.
 
 Cells are in *global* coordinates, in any form :func:`subzero.cells.as_linear` accepts, or a
 single integer (one linear index). The context keeps pairs per task as
@@ -29,9 +32,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from subzero.cells import Box, Ragged, as_linear, size_of, strides
+from subzero.cells import Box, Ragged, as_linear, box_cells, size_of, strides, to_coords
 from subzero.errors import CellError
-from subzero.lineage import PairBatch
+from subzero.lineage import BoxedPairs, BoxLineage, PairBatch
 from subzero.modes import Mode, Strategy
 
 
@@ -91,6 +94,10 @@ def _payload_ragged(payloads: Any, n: int) -> Ragged:
 
 
 _clock = time.perf_counter
+#: ``lwrite_pairs`` batches of at least this many identity pairs are kept as a
+#: :class:`~subzero.lineage.BoxLineage` (smaller ones are cheap as pairs)
+IDENTITY_MIN = 4096
+
 
 # the form of one held ``lwrite`` cell argument (see _CellColumn)
 _COORD, _LIN, _BOX, _NONE, _ARRAY = range(5)
@@ -414,6 +421,22 @@ def _box_cells(calls: np.ndarray, lo: list[np.ndarray], hi: list[np.ndarray], fu
     return calls, np.concatenate(parts)[where], counts
 
 
+def _in_box(lin: np.ndarray, shape: tuple[int, ...], box: Box) -> np.ndarray | None:
+    """The cells ``lin`` (linear in ``shape``) as flat positions in ``box``; None when one
+    lies outside it."""
+    if box.lo == (0,) * len(shape) and box.hi == tuple(shape):
+        return lin
+    flat = np.zeros(len(lin), dtype=np.int64)
+    rest, step = lin, 1
+    for n, a, b in zip(reversed(shape), reversed(box.lo), reversed(box.hi)):
+        rest, c = np.divmod(rest, n)
+        if len(c) and (c.min() < a or c.max() >= b):
+            return None
+        flat += (c - a) * step
+        step *= b - a
+    return flat
+
+
 class TaskContext:
     """What ``Operator.run`` receives: the chunk, the lineage modes asked for, ``lwrite``.
 
@@ -594,6 +617,96 @@ class TaskContext:
         return CellError(f"lwrite({self.op_name}): call {k} of the task has cells outside "
                          f"the arrays")
 
+    def lwrite_box(self, outcells: Any, lo: Any, hi: Any, inputs: Any = None) -> None:
+        """Record that each cell ``c`` of ``outcells`` depends on the cells ``[c + lo,
+        c + hi)`` (clipped at the border) of each input of ``inputs``.
+
+        Where the inputs have the output's shape and ``lo <= 0 < hi`` on every axis, the
+        call is kept as one :class:`~subzero.lineage.BoxLineage` (a mask of the block's
+        cells): an encoding that stores structure never expands it into pairs, so an
+        elementwise step's identity (``lo=0, hi=1``) over a million pixels costs about a
+        mask. Otherwise the equivalent pairs are recorded.
+
+        Parameters
+        ----------
+        outcells : a bool mask of the task's output block (``ctx.chunk.out_box``'s
+            shape), or global cells in any form :func:`~subzero.cells.as_linear` accepts.
+        lo, hi : the box's corners relative to the cell, an int or one per axis (the
+            3 x 3 box around a pixel is ``lo=-1, hi=2``).
+        inputs : an input index or a sequence of them (default: every input).
+
+        Raises
+        ------
+        CellError
+            For cells outside the output, ``lo > hi`` on an axis, or an unknown input.
+
+        Examples
+        --------
+        >>> ctx.lwrite_box(flagged, -2, 3)     # flagged pixels: their 5 x 5 box  # doctest: +SKIP
+        >>> ctx.lwrite_box(~flagged, 0, 1)     # the others: themselves            # doctest: +SKIP
+        """
+        t = _clock()
+        what = f"lwrite_box({self.op_name})"
+        box, shape = self.chunk.out_box, tuple(self.chunk.out_shape)
+        nd = len(shape)
+        try:
+            lo_ = np.broadcast_to(np.asarray(lo, dtype=np.int64), (nd,))
+            hi_ = np.broadcast_to(np.asarray(hi, dtype=np.int64), (nd,))
+        except (TypeError, ValueError):
+            raise CellError(f"{what}: lo and hi must be integers, one per axis of "
+                            f"{shape}. Got lo={lo!r}, hi={hi!r}.") from None
+        if (lo_ > hi_).any():
+            raise CellError(f"{what}: lo {tuple(lo_.tolist())} must not exceed hi "
+                            f"{tuple(hi_.tolist())}")
+        if inputs is None:
+            picked = set(range(self._n_in))
+        else:
+            picked = {int(i) for i in np.atleast_1d(np.asarray(inputs)).reshape(-1)}
+            if any(not 0 <= i < self._n_in for i in picked):
+                raise CellError(f"{what}: inputs {sorted(picked)} are not all among the "
+                                f"operator's inputs 0..{self._n_in - 1}")
+        flags = tuple(i in picked for i in range(self._n_in))
+        cells = np.asarray(outcells) if not isinstance(outcells, (Box, Ragged)) else None
+        if cells is not None and cells.dtype == bool and cells.shape == box.shape:
+            mask = cells
+        else:
+            lin = as_linear(outcells, shape, f"{what} output cells")
+            c = to_coords(lin, shape) - np.asarray(box.lo, dtype=np.int64)
+            inside = ((c >= 0) & (c < np.asarray(box.shape, dtype=np.int64))).all(axis=1)
+            mask = np.zeros(box.shape, dtype=bool)
+            mask[tuple(c[inside].T)] = True
+            if not inside.all():  # cells beyond the block: as pairs
+                self._box_pairs(lin[~inside], lo_, hi_, flags, what)
+        regular = ((lo_ <= 0).all() and (hi_ > 0).all() and all(
+            tuple(s) == shape for s, f in zip(self.chunk.in_shapes, flags) if f))
+        part = BoxLineage(box, mask, tuple(int(v) for v in lo_), tuple(int(v) for v in hi_),
+                          flags, shape)
+        self._convert_full()
+        if regular:
+            self._full.append(part)
+        else:
+            self._box_pairs(part.keys(), lo_, hi_, flags, what)
+        self.capture_s += _clock() - t
+
+    def _box_pairs(self, lin: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                   flags: tuple[bool, ...], what: str) -> None:
+        """:meth:`lwrite_box` of the cells ``lin`` as pairs: each box clipped to the input
+        it is read from."""
+        self._convert_full()
+        c = to_coords(lin, self.chunk.out_shape)
+        ins = []
+        for s, f in zip(self.chunk.in_shapes, flags):
+            if not f:
+                ins.append(Ragged.empty(len(lin)))
+                continue
+            if len(s) != len(self.chunk.out_shape):
+                raise CellError(f"{what}: an input of shape {tuple(s)} has another rank "
+                                f"than the output's {tuple(self.chunk.out_shape)}")
+            a = np.maximum(c + lo, 0)
+            b = np.maximum(np.minimum(c + hi, np.asarray(s, dtype=np.int64)), a)
+            ins.append(box_cells(a, b, s))
+        self._full.append(PairBatch(Ragged.from_singletons(lin), ins=tuple(ins)))
+
     def _side(self, cells: Any, shape: tuple[int, ...], n: int | None, what: str) -> Ragged:
         if isinstance(cells, Ragged):
             vals = np.asarray(cells.values)
@@ -648,20 +761,68 @@ class TaskContext:
                 else self._side(c, self.chunk.in_shapes[i], n, f"{what} input {i} cells")
                 for i, c in enumerate(incells)
             )
-            self._full.append(PairBatch(out, ins=ins))
+            self._full.append(self._identity(out, ins) or PairBatch(out, ins=ins))
         self.capture_s += _clock() - t
+
+    def _identity(self, out: Ragged, ins: tuple[Ragged, ...]) -> BoxLineage | None:
+        """The pairs ``out -> ins`` as a :class:`BoxLineage` when they are the identity: one
+        output cell per pair, inside the block, and per input either the same cell (an
+        input of the output's shape) or nothing; None otherwise (and for small batches,
+        which are cheap as pairs)."""
+        n = len(out)
+        shape = tuple(self.chunk.out_shape)
+        if n < IDENTITY_MIN or len(out.values) != n:
+            return None
+        step = np.arange(n + 1, dtype=np.int64)
+        if not np.array_equal(out.offsets, step):
+            return None
+        flags = []
+        for r, s in zip(ins, self.chunk.in_shapes):
+            if len(r.values) == 0:
+                flags.append(False)
+            elif (tuple(s) == shape and len(r.values) == n
+                  and (r.offsets is out.offsets or np.array_equal(r.offsets, step))
+                  and np.array_equal(r.values, out.values)):
+                flags.append(True)
+            else:
+                return None
+        if not any(flags):
+            return None
+        box = self.chunk.out_box
+        flat = _in_box(np.asarray(out.values, dtype=np.int64), shape, box)
+        if flat is None:
+            return None
+        mask = np.zeros(box.shape, dtype=bool)
+        mask.reshape(-1)[flat] = True
+        ones = (1,) * len(shape)
+        return BoxLineage(box, mask, (0,) * len(shape), ones, tuple(flags), shape)
 
     # -- what the runtime reads back ------------------------------------------------------
     def full_pairs(self) -> PairBatch | None:
         """The task's full region pairs in call order (buffered calls converted now), or
         None when there are none."""
+        self._convert_pending()
+        return PairBatch.concat([b.expand() if isinstance(b, BoxLineage) else b
+                                 for b in self._full])
+
+    def full_lineage(self) -> PairBatch | BoxedPairs | None:
+        """The task's full lineage as the engine stores it: :meth:`full_pairs`, or, when
+        some of it was recorded as boxes (:meth:`lwrite_box`), a
+        :class:`~subzero.lineage.BoxedPairs` that keeps those unexpanded."""
+        self._convert_pending()
+        parts = tuple(b for b in self._full if isinstance(b, BoxLineage))
+        if not parts:
+            return PairBatch.concat(self._full)
+        pairs = PairBatch.concat([b for b in self._full if not isinstance(b, BoxLineage)])
+        return BoxedPairs(pairs, parts)
+
+    def _convert_pending(self) -> None:
         if len(self._out_cells):
             t = _clock()
             try:
                 self._convert_full()
             finally:
                 self.capture_s += _clock() - t
-        return PairBatch.concat(self._full)
 
     def payload_pairs(self) -> PairBatch | None:
         """The task's payload pairs in call order (buffered calls converted now), or None

@@ -27,7 +27,7 @@ from encoders.formats.csr import (
     union_by_owner,
 )
 from subzero.cells import Ragged
-from subzero.lineage import PairBatch, ShardSpec
+from subzero.lineage import BoxedPairs, PairBatch, ShardSpec
 
 
 def _canon(r: Ragged) -> Ragged:
@@ -46,7 +46,7 @@ def canonical(batch: PairBatch) -> PairBatch:
     return PairBatch(out, ins=tuple(_canon(r) for r in batch.ins))
 
 
-def pair_stats(batch: PairBatch | None) -> dict[str, Any]:
+def pair_stats(batch: PairBatch | BoxedPairs | None) -> dict[str, Any]:
     """Statistics of the pairs a task wrote (canonical, before any merging), for the catalog.
 
     - ``pairs``: region pairs written;
@@ -62,6 +62,15 @@ def pair_stats(batch: PairBatch | None) -> dict[str, Any]:
     if batch is None or len(batch) == 0:
         return {"pairs": 0, "out_cells": 0, "in_cells": 0, "fanin": 0.0, "fanout": 0.0,
                 "payload_bytes": 0.0}
+    if isinstance(batch, BoxedPairs):  # a part's cell is a pair of one output cell
+        st = pair_stats(batch.pairs)
+        n = sum(len(p) for p in batch.parts)
+        part_in = sum(p.in_cells for p in batch.parts)
+        out_cells = st["out_cells"] + n
+        pairs = st["pairs"] + n
+        return {"pairs": pairs, "out_cells": out_cells, "in_cells": st["in_cells"] + part_in,
+                "fanin": (st["fanin"] * st["out_cells"] + part_in) / out_cells,
+                "fanout": out_cells / pairs, "payload_bytes": 0.0}
     n = len(batch)
     olen = batch.out.lengths.astype(np.float64)
     out_cells = int(olen.sum())
@@ -81,7 +90,7 @@ def pair_stats(batch: PairBatch | None) -> dict[str, Any]:
 DIGEST_PREFIX = "sha256:"
 
 
-def pairs_digest(batch: PairBatch | None) -> str:
+def pairs_digest(batch: PairBatch | BoxedPairs | None) -> str:
     """A digest of the pairs of a canonical ``batch`` (None or empty: no pairs), equal for
     equal pairs in equal order: a shard records the digest of what it stores, so a what-if
     replay recomputing a chunk whose lineage came out the same shares the parent's shard
@@ -99,6 +108,13 @@ def pairs_digest(batch: PairBatch | None) -> str:
     """
     h = hashlib.sha256()
     if batch is None or len(batch) == 0:
+        return DIGEST_PREFIX + h.hexdigest()[:32]
+    if isinstance(batch, BoxedPairs):  # its own form: never equal to plain pairs' digest
+        h.update(b"boxed")
+        h.update(pairs_digest(batch.pairs).encode())
+        for p in batch.parts:
+            h.update(repr((p.box.lo, p.box.hi, p.lo, p.hi, p.inputs, p.shape)).encode())
+            h.update(np.packbits(p.mask.reshape(-1)).tobytes())
         return DIGEST_PREFIX + h.hexdigest()[:32]
     sides = [(batch.out, np.uint64)]
     if batch.is_payload:

@@ -30,7 +30,7 @@ from subzero.engine import arrays, datastore, layout
 from subzero.engine.direct import wait_written
 from subzero.engine.heap import freeze_worker_objects
 from subzero.errors import DamagedError, SubZeroError, WorkflowError
-from subzero.lineage import PairBatch
+from subzero.lineage import BoxedPairs, PairBatch
 from subzero.modes import Mode, Strategy
 from subzero.operator import Operator
 from subzero.pools import thread_pool
@@ -38,7 +38,7 @@ from subzero.runtime import ChunkContext, TaskContext
 
 #: ``reduce(chunk, full_pairs, payload_pairs)``: what a re-executing task returns instead
 #: of its pairs (so large pair sets never travel to the driver)
-Reduce = Callable[[ChunkContext, PairBatch | None, PairBatch | None], Any]
+Reduce = Callable[[ChunkContext, PairBatch | BoxedPairs | None, PairBatch | None], Any]
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,7 @@ def _timed_write(path: Path, box: Box, block: np.ndarray,
     return time.perf_counter() - t
 
 
-def store_shards(job: TaskJob, full: PairBatch | None, pay: PairBatch | None,
+def store_shards(job: TaskJob, full: PairBatch | BoxedPairs | None, pay: PairBatch | None,
                  same_as: dict[str, str] | None = None) -> list[dict]:
     """Write the task's pairs as one shard per stored strategy; their statistics.
     ``same_as``: per strategy, another shard's pairs digest: a strategy whose pairs have it
@@ -318,7 +318,10 @@ def run_task(job: TaskJob, memory: Memory | None = None, producers: Producers | 
             memory[op.name] = (ch.out_box, out)
         t_write = time.perf_counter()
         try:
-            full, pay = ctx.full_pairs(), ctx.payload_pairs()
+            # kept as recorded (boxes unexpanded, see TaskContext.full_lineage) unless the
+            # driver collects the pairs; a reduction expands what it reads
+            full = ctx.full_pairs() if job.collect else ctx.full_lineage()
+            pay = ctx.payload_pairs()
             if stores is not None and job.strategies and job.reduce is None:
                 stores.append((res, _storer().submit(store_shards, job, full, pay)))
             else:

@@ -23,7 +23,7 @@ from subzero.chunking import chunk_grid
 from subzero.engine.reexec import reexecute
 from subzero.engine.runs import LoadedRun
 from subzero.frontier import Frontier
-from subzero.lineage import PairBatch
+from subzero.lineage import PairBatch, as_pairs
 from subzero.operator import Operator
 from subzero.runtime import ChunkContext
 
@@ -177,6 +177,7 @@ def _unpack(packed: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 def _join_backward(ch: ChunkContext, full: PairBatch | None, pay: PairBatch | None, *,
                    i: int, packed: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """Input-``i`` cells of the traced pairs whose output cells meet the frontier."""
+    full = as_pairs(full)
     if full is None or not len(full):
         return np.empty(0, dtype=np.uint64)
     rows = np.flatnonzero(full.out.any_in(_unpack(packed, shape)))
@@ -186,6 +187,7 @@ def _join_backward(ch: ChunkContext, full: PairBatch | None, pay: PairBatch | No
 def _join_forward(ch: ChunkContext, full: PairBatch | None, pay: PairBatch | None, *,
                   i: int, packed: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """Output cells of the traced pairs whose input-``i`` cells meet the frontier."""
+    full = as_pairs(full)
     if full is None or not len(full):
         return np.empty(0, dtype=np.uint64)
     rows = np.flatnonzero(full.ins[i].any_in(_unpack(packed, shape)))
