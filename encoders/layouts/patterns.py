@@ -13,7 +13,11 @@ group only when its tokens are few (:data:`ABS_TOKENS`: a box, a whole array), a
 query decodes each distinct absolute pattern once. Key cells whose relative pattern at least ``min_group`` cells of one tile
 share form a group ``(K, P)``; of the others, those whose absolute pattern enough cells
 share form one too (a column of a row reduction read forward, the cells of an aggregate).
-Every other key cell is left to the residue (stored as FullOne stores it). Absolute patterns
+Every other key cell is left to the residue (stored as FullOne stores it). Lookups unite
+every group (and the residue) holding a key cell, so a relative group's ``K`` may also take
+the key cells of its bounding box whose own sets hold its pattern (:func:`_fills`): those
+keep their whole sets in their own group or the residue, and an identity group with
+exceptions is a whole tile rather than a tile minus its exceptions. Absolute patterns
 are tokenized once per distinct value row (a pair's sets, however many key cells share it),
 relative ones once per key cell with at most :data:`REL_CELLS` value cells; a large shard
 whose evenly spaced sample of keys repeats no pattern is left to the residue untokenized.
@@ -85,6 +89,11 @@ _REL_CHUNK = 1 << 22  # value cells expanded at a time to tokenize relative patt
 #: larger key sets are first sampled: without repeats among the sample's patterns (a
 #: share :data:`SAMPLE_SHARED` of it) no group is looked for
 SAMPLE, SAMPLE_SHARED = 4096, 1 / 32
+#: a relative group also takes the key cells of its bounding box whose sets hold its
+#: pattern (see :func:`_fills`) when they are at most this share of its members ...
+FILL_SHARE = 1 / 4
+#: ... and its pattern at most this many cells per value side
+FILL_CELLS = 64
 
 U64 = np.uint64
 
@@ -93,7 +102,8 @@ U64 = np.uint64
 class Patterns:
     """Groups built from one keyed side (plain data; see :func:`build`).
 
-    ``rows``: the key rows the groups hold (sorted; the others are the residue);
+    ``rows``: the key rows whose whole lineage the groups hold (sorted; the others are
+    the residue; a group's ``K`` may hold some of those too, see :func:`_fills`);
     ``records``/``record_offsets``: group records (CSR bytes); ``kmin``/``kmax``: each
     group's smallest and largest key cell; ``relative``: whether a group's patterns are
     relative (else absolute).
@@ -266,7 +276,8 @@ def build(keys: np.ndarray, src: np.ndarray, values: Sequence[Ragged],
     sel = np.flatnonzero(code >= 0)
     if len(sel) == 0:
         return None
-    p, order, gid = _assemble(keys, code, sel, use_rel, pattern)
+    fill = _fills(keys, code, use_rel, tid, src, values, key_shape, val_shapes)
+    p, order, gid = _assemble(keys, code, sel, use_rel, pattern, fill)
     size = np.diff(p.record_offsets) + GROUP_BYTES
     lose = size >= KEY_BYTES * np.bincount(gid, minlength=len(p))
     if not pay or not lose.any():
@@ -280,19 +291,126 @@ def build(keys: np.ndarray, src: np.ndarray, values: Sequence[Ragged],
                     kmin=p.kmin[keep], kmax=p.kmax[keep], relative=p.relative[keep])
 
 
-def _assemble(keys: np.ndarray, code: np.ndarray, sel: np.ndarray, use_rel: np.ndarray,
-              pattern: tuple) -> tuple[Patterns, np.ndarray, np.ndarray]:
-    """The groups of the key rows ``sel`` by their pattern ``code``, the members (key rows)
-    ordered by group then cell, and the group of each member."""
-    src, values, val_shapes, same, key_shape = pattern
+def box_rows(lo: np.ndarray, hi: np.ndarray, shape: Sequence[int]
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows (runs along the last axis) of the boxes ``[lo, hi]`` (inclusive int64
+    coordinates, one box a row) of an array of ``shape``: ``(box, first cell, last
+    cell)`` per row, by box, rows in C order.
+
+    >>> [x.tolist() for x in box_rows(np.array([[1, 1]]), np.array([[2, 3]]), (4, 5))]
+    [[0, 0], [6, 11], [8, 13]]
+    """
+    shape = tuple(int(x) for x in shape)
+    nd = len(shape)
+    lo = np.asarray(lo, dtype=np.int64).reshape(-1, nd)
+    hi = np.asarray(hi, dtype=np.int64).reshape(-1, nd)
+    ext = hi[:, :-1] - lo[:, :-1] + 1
+    rows = np.prod(ext, axis=1)
+    ro = offsets_from_lengths(rows)
+    owner = np.repeat(np.arange(len(lo), dtype=np.int64), rows)
+    m = np.arange(int(ro[-1]), dtype=np.int64) - ro[:-1][owner]
+    st = np.asarray(strides(shape), dtype=np.int64)
+    start = lo[owner, -1].copy()
+    for a in range(nd - 2, -1, -1):  # the outer coordinates, the innermost fastest
+        e = ext[owner, a]
+        start += (lo[owner, a] + m % e) * st[a]
+        m //= e
+    return owner, start, start + (hi[owner, -1] - lo[owner, -1])
+
+
+def _fills(keys: np.ndarray, code: np.ndarray, use_rel: np.ndarray, tid: np.ndarray,
+           src: np.ndarray, values: Sequence[Ragged], key_shape: Sequence[int],
+           val_shapes: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Key cells a relative group may take beside its members: ``(key rows, group codes)``.
+
+    Lookups unite the groups (and the residue) holding a key cell, so a group may also
+    hold a key cell of its tile and bounding box whose sets hold the group's pattern at
+    that cell (every side of the key side's shape): the cell keeps its whole sets where
+    it is (its own group, the residue), the union is exact, and the group's ``K`` loses
+    a hole (identity with exceptions: a whole tile, not a tile minus its exceptions).
+    Only groups whose holes are at most :data:`FILL_SHARE` of their members and whose
+    pattern is at most :data:`FILL_CELLS` cells per side are filled."""
+    none = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
+    shape = tuple(int(x) for x in key_shape)
+    nd, size = len(shape), int(np.prod(shape, dtype=np.int64))
+    if nd == 0 or any(tuple(int(x) for x in v) != shape for v in val_shapes):
+        return none
+    sel = np.flatnonzero((code >= 0) & use_rel)
+    if len(sel) == 0:
+        return none
     order = sel[np.argsort(code[sel], kind="stable")]  # by group, keys sorted within
-    kk, gc = keys[order], code[order]
+    gc = code[order]
+    first = run_starts(gc)
+    n_mem = np.diff(np.append(first, len(order)))
+    rep = order[first]
+    mc = coords(keys[order], shape)[:, :nd]
+    blo = np.minimum.reduceat(mc, first, axis=0)
+    bhi = np.maximum.reduceat(mc, first, axis=0)
+    holes = np.prod(bhi - blo + 1, axis=1) - n_mem  # cells of each bounding box left out
+    plen = [np.diff(np.asarray(v.offsets, dtype=np.int64))[src[rep]] for v in values]
+    ok = (holes > 0) & (holes <= FILL_SHARE * n_mem)
+    for n in plen:
+        ok &= n <= FILL_CELLS
+    g = np.flatnonzero(ok)
+    if len(g) == 0:
+        return none
+    # the key cells in each box: per row of the box, a range of the sorted keys
+    owner, start, stop = box_rows(blo[g], bhi[g], shape)
+    a = np.searchsorted(keys, start.astype(U64))
+    span = np.searchsorted(keys, stop.astype(U64), side="right") - a
+    so = offsets_from_lengths(span)
+    cg = g[np.repeat(owner, span)]
+    rows = np.repeat(a, span) + np.arange(int(so[-1]), dtype=np.int64) - np.repeat(
+        so[:-1], span)
+    keep = (code[rows] != gc[first][cg]) & (tid[rows] == tid[rep][cg])
+    rows, cg = rows[keep], cg[keep]
+    if len(rows) == 0 or len(rows) * size >= 1 << 62:
+        return none
+    good = np.ones(len(rows), dtype=bool)
+    for v in values:  # the pattern shifted to each candidate lies in the candidate's set
+        vv = np.asarray(v.values, dtype=U64)
+        vo = np.asarray(v.offsets, dtype=np.int64)
+        pr = src[rep[cg]]
+        pl = np.diff(vo)[pr]
+        shift = np.repeat(keys[rows].astype(np.int64) - keys[rep[cg]].astype(np.int64), pl)
+        t = vv[gather_index(vo[:-1][pr], pl)].astype(np.int64) + shift
+        sl = np.diff(vo)[src[rows]]
+        if int(sl.sum()) > _REL_CHUNK:
+            return none
+        sv = vv[gather_index(vo[:-1][src[rows]], sl)].astype(np.int64)
+        cand = np.arange(len(rows), dtype=np.int64)
+        have = np.sort(np.repeat(cand, sl) * size + sv)
+        want = np.repeat(cand, pl) * size + np.clip(t, 0, size - 1)
+        at = np.minimum(np.searchsorted(have, want), max(len(have) - 1, 0))
+        inside = (t >= 0) & (t < size) & (have[at] == want if len(have) else False)
+        good &= ~segment_any(~inside, offsets_from_lengths(pl))
+    return rows[good], gc[first][cg[good]]
+
+
+def _assemble(keys: np.ndarray, code: np.ndarray, sel: np.ndarray, use_rel: np.ndarray,
+              pattern: tuple, fill: tuple[np.ndarray, np.ndarray] | None = None
+              ) -> tuple[Patterns, np.ndarray, np.ndarray]:
+    """The groups of the key rows ``sel`` by their pattern ``code`` (and the extra key
+    cells ``fill``, rows and codes, of :func:`_fills`), the members (key rows, ``fill``'s
+    left out) ordered by group then cell, and the group of each member."""
+    src, values, val_shapes, same, key_shape = pattern
+    mrow, mcode, own = sel, code[sel], np.ones(len(sel), dtype=bool)
+    if fill is not None and len(fill[0]):
+        mrow = np.concatenate([sel, fill[0]])
+        mcode = np.concatenate([mcode, fill[1]])
+        own = np.concatenate([own, np.zeros(len(fill[0]), dtype=bool)])
+        at = np.lexsort((mrow, mcode))  # by group, keys sorted within
+    else:
+        at = np.argsort(mcode, kind="stable")
+    order, gc, own = mrow[at], mcode[at], own[at]
+    kk = keys[order]
     newg = np.ones(len(kk), dtype=bool)
     newg[1:] = gc[1:] != gc[:-1]
     gid = np.cumsum(newg) - 1
     n_groups = int(gid[-1]) + 1
     first = np.flatnonzero(newg)
-    rep = order[first]                    # a member key row per group: its pattern
+    mine = np.flatnonzero(own)
+    rep = order[mine[run_starts(gid[mine])]]  # a member key row per group: its pattern
     rel = use_rel[rep]
     ktok, koff = key_tokens(kk, gid, newg, n_groups, key_shape)
     # the patterns of the groups' representatives: relative ones, then absolute ones
@@ -315,7 +433,7 @@ def _assemble(keys: np.ndarray, code: np.ndarray, sel: np.ndarray, use_rel: np.n
     last = np.append(first[1:], len(kk)) - 1
     p = Patterns(rows=np.sort(sel), records=b, record_offsets=offsets_from_lengths(blen)[toff],
                  kmin=kk[first], kmax=kk[last], relative=rel)
-    return p, order, gid
+    return p, order[mine], gid[mine]
 
 
 LIST_FORM, RUN_FORM, STRIDE_FORM, BOX_FORM = 0, 1, 2, 3
@@ -851,6 +969,6 @@ def _anchored_cells(d: Decoded, members: Members, v: np.ndarray, o: np.ndarray,
     return np.concatenate(out)
 
 
-__all__ = ["aligned", "anchor_cells", "value_ranges", "keyed_groups", "unkeyed_groups", "TILE", "MIN_GROUP", "Patterns", "build", "key_tokens", "decode_keys",
+__all__ = ["aligned", "box_rows", "anchor_cells", "value_ranges", "keyed_groups", "unkeyed_groups", "TILE", "MIN_GROUP", "Patterns", "build", "key_tokens", "decode_keys",
            "groups_meeting", "value_sets",
            "expand_keys", "keyed_cells", "unkeyed_cells"]
