@@ -328,8 +328,13 @@ class FullCompact(Encoding):
 
     def encode(self, pairs: PairBatch | BoxedPairs | None, spec: ShardSpec) -> EncodedShard:
         if isinstance(pairs, BoxedPairs):
-            if self.direction is Direction.BACKWARD and self.compact != "never":
-                return self._encode_boxed(pairs, spec)
+            if self.compact != "never":
+                if self.direction is Direction.BACKWARD:
+                    return self._encode_boxed(pairs, spec)
+                swapped = self._swapped_sides(None, spec, pairs)
+                if swapped is not None:  # box lineage: the swapped build, never expanded
+                    meta = spec_meta(spec, self.name, self.direction.value)
+                    return self._shard(meta, swapped)
             pairs = pairs.expand()
         meta, pairs = lineage_pairs(pairs, spec, self.name, self.direction.value)
         if pairs is None:
@@ -385,7 +390,8 @@ class FullCompact(Encoding):
         return patterns.build(g.keys, g.src, g.values, key_shape, val_shapes,
                               self.min_group, self.tile, pay=self.compact == "auto")
 
-    def _swapped_sides(self, pairs: PairBatch, spec: ShardSpec) -> list | None:
+    def _swapped_sides(self, pairs: PairBatch | None, spec: ShardSpec,
+                       boxed: BoxedPairs | None = None) -> list | None:
         """A forward index's sides built the other way round: per input ``i``, groups of
         output cells by their input-``i`` pattern (the backward grouping: a cleaner's
         flagged pixel is one box, where keyed by input cell it is 25 patterns), then the
@@ -393,14 +399,23 @@ class FullCompact(Encoding):
         output cell too (a cosmic ray's boxes of several sizes, keyed by input cell, are a
         distinct set of output cells per input cell), read through the offsets their sets
         reach (:func:`_reaching`); else their pairs are keyed by input cell as usual.
-        None when no input's output cells form a group."""
+        ``boxed`` (in place of ``pairs``): box lineage, whose parts' groups come from
+        their masks (:func:`encoders.layouts.boxgroups.split`). None when no input's
+        output cells form a group."""
         sides, any_swapped = [], False
         for i, in_shape in enumerate(spec.in_shapes):
             t = str(i)
-            g2 = group_keys(pairs.out, [pairs.ins[i]])
-            p2 = self._build(g2, spec.out_shape, [in_shape])
+            if boxed is None:
+                extra, outs, ins = [], pairs.out, pairs.ins[i]
+            else:  # the parts' groups from their masks, the rest as pairs
+                extra, plain, _ = boxgroups.split(boxed, spec, [i], self.tile,
+                                                  self.min_group, self.compact == "auto")
+                outs, ins = (plain.out, plain.ins[0]) if plain is not None else (
+                    Ragged.empty(), Ragged.empty())
+            g2 = group_keys(outs, [ins])
+            p2 = boxgroups.merged(self._build(g2, spec.out_shape, [in_shape]), extra)
             if p2 is None:
-                key_side, vals = pairs.ins[i], [pairs.out]
+                key_side, vals = ins, [outs]
             else:
                 any_swapped = True
                 left = np.ones(len(g2.keys), dtype=bool)

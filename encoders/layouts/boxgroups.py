@@ -31,7 +31,7 @@ from typing import Sequence
 
 import numpy as np
 
-from encoders.formats.csr import offsets_from_lengths
+from encoders.formats.csr import offsets_from_lengths, segment_any
 from encoders.formats.varint import varint_encode, varint_lengths
 from encoders.layouts.patterns import (
     BOX_FORM,
@@ -69,10 +69,14 @@ def _pattern(part: BoxLineage, rep: int, val_shapes: Sequence[Sequence[int]]
 
 
 def box_groups(part: BoxLineage, val_shapes: Sequence[Sequence[int]], tile: int,
-               min_group: int, pay: bool) -> tuple[Patterns | None, np.ndarray]:
+               min_group: int, pay: bool, fill: np.ndarray | None = None
+               ) -> tuple[Patterns | None, np.ndarray]:
     """The groups of ``part``'s interior cells, one per tile (None: no group), and the mask
     (over ``part.box``) of its cells left to be stored as pairs (see the module
-    docstring). ``val_shapes``: the inputs' shapes."""
+    docstring). ``val_shapes``: the inputs' shapes. ``fill``: a mask of other cells whose
+    sets hold the part's pattern at them, which a group's key cells may take too (as
+    :func:`encoders.layouts.patterns.build` fills its groups): lookups unite every group
+    holding a cell, so an identity tile whose exceptions read boxes has no holes."""
     shape = tuple(int(s) for s in part.shape)
     nd = len(shape)
     box = part.box
@@ -96,11 +100,12 @@ def box_groups(part: BoxLineage, val_shapes: Sequence[Sequence[int]], tile: int,
         clo = [max(a, k * e) for a, k, e in zip(ilo, t, te)]
         chi = [min(b, (k + 1) * e) for b, k, e in zip(ihi, t, te)]
         sl = tuple(slice(a - o, b - o) for a, b, o in zip(clo, chi, box.lo))
-        flat = part.mask[sl].reshape(-1)
-        n = int(np.count_nonzero(flat))
-        if n < min_group:
+        own = int(np.count_nonzero(part.mask[sl]))
+        if own < min_group:
             continue
+        flat = (part.mask[sl] if fill is None else part.mask[sl] | fill[sl]).reshape(-1)
         size = len(flat)
+        n = int(np.count_nonzero(flat)) if fill is not None else own
         start = sum(a * s for a, s in zip(clo, st))
         w = chi[-1] - clo[-1]
         h = chi[0] - clo[0] if nd == 2 else 1
@@ -124,7 +129,7 @@ def box_groups(part: BoxLineage, val_shapes: Sequence[Sequence[int]], tile: int,
         toks.append(ktok)
         kmin.append(start + first // w * width + first % w)
         kmax.append(start + last // w * width + last % w)
-        count.append(n)
+        count.append(own)
         covers.append(sl)
     if not toks:
         return None, spill
@@ -180,12 +185,23 @@ def split(pairs: BoxedPairs, spec: ShardSpec, sides: Sequence[int], tile: int,
         named[tuple(c[inside].T)] = True
         seen += named
     shared = seen > 1
+    held = None  # explicit pairs' cells whose sets hold the cell itself
     groups, left, grouped = [], [], 0
     for p in parts:
         if p.box != box:
             left.append(p.expand())
             continue
-        got, spill = box_groups(p.where(~shared), shapes, tile, min_group, pay)
+        # cells whose sets hold p's pattern: its own cells that go to pairs, the cells of
+        # parts whose boxes hold its box on its inputs, and for the identity, the cells of
+        # explicit pairs that name themselves
+        fill = p.mask & shared
+        for q in parts:
+            if q is not p and q.box == box and _holds(q, p):
+                fill |= q.mask
+        if explicit is not None and all(h - l == 1 for l, h in zip(p.lo, p.hi)):
+            held = _self_holding(explicit, p.inputs, spec.out_shape, box)
+            fill |= held
+        got, spill = box_groups(p.where(~shared), shapes, tile, min_group, pay, fill)
         spill |= p.mask & shared
         grouped += int(np.count_nonzero(p.mask)) - int(np.count_nonzero(spill))
         if got is not None:
@@ -194,6 +210,34 @@ def split(pairs: BoxedPairs, spec: ShardSpec, sides: Sequence[int], tile: int,
             left.append(p.where(spill).expand())
     rest = PairBatch.concat([explicit, *left])
     return groups, (rest if rest is not None and len(rest) else None), grouped
+
+
+def _holds(q: BoxLineage, p: BoxLineage) -> bool:
+    """Whether every cell's sets in ``q`` hold its sets in ``p`` (where ``p``'s box lies
+    inside the array): ``q``'s box holds ``p``'s on every input ``p`` reads."""
+    return (all(a <= b for a, b in zip(q.lo, p.lo)) and all(a >= b for a, b in zip(q.hi, p.hi))
+            and all(b or not a for a, b in zip(p.inputs, q.inputs)))
+
+
+def _self_holding(pairs: PairBatch, inputs: Sequence[bool], shape: Sequence[int], box: Box
+                  ) -> np.ndarray:
+    """A mask over ``box`` of the output cells of one-cell pairs whose sets hold the cell
+    itself on every input of ``inputs`` (what the identity's groups may take)."""
+    mask = np.zeros(box.shape, dtype=bool)
+    rows = np.flatnonzero(pairs.out.lengths == 1)
+    if len(rows) == 0:
+        return mask
+    k = np.asarray(pairs.out.values, dtype=U64)[pairs.out.offsets[:-1][rows]]
+    ok = np.ones(len(rows), dtype=bool)
+    for r, f in zip(pairs.ins, inputs):
+        if f:
+            sub = r.take(rows)
+            hit = np.asarray(sub.values, dtype=U64) == np.repeat(k, sub.lengths)
+            ok &= segment_any(hit, sub.offsets)
+    c = coords(k[ok], shape)[:, :len(box.lo)] - np.asarray(box.lo, dtype=np.int64)
+    inside = ((c >= 0) & (c < np.asarray(box.shape, dtype=np.int64))).all(axis=1)
+    mask[tuple(c[inside].T)] = True
+    return mask
 
 
 def merged(first: Patterns | None, more: Sequence[Patterns]) -> Patterns | None:

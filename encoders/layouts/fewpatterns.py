@@ -62,7 +62,9 @@ def _rank(items: list[tuple[int, int, int, int]], c: int) -> int:
     before = 0
     for start, length, count, period in items:
         off = c - start
-        if 0 <= off < count * period:
+        # the item's own cells end with its last run, not a period after it: the next
+        # item may start in what would be its last gap
+        if 0 <= off < (count - 1) * period + length:
             row, col = divmod(off, period)
             if col < length:
                 return before + row * length + col

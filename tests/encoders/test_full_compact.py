@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from encoders import full_compact
-from encoders.layouts import fewcells, patterns
+from encoders.layouts import fewcells, fewpatterns, patterns
 from encoders.lookup import open_shard
 from subzero.cells import Ragged
 from subzero.lineage import PairBatch
@@ -278,7 +278,28 @@ def test_key_forms_decode_to_the_cells_they_encode(groups):
     for g, want in enumerate(cells):
         assert got[owner == g].tolist() == want.tolist()
         assert int(d.kmin[g]) == int(want[0]) and int(d.kmax[g]) == int(want[-1])
+        # the few-cell path's membership test reads the same record
+        test, _ = fewpatterns._key_test([int(x) for x in t[to[g]:to[g + 1]]])
+        assert [c for c in range(int(want[-1]) + 60) if test(c)] == want.tolist()
     assert (d.sets_at == to[1:]).all()
+
+
+def test_a_cell_just_after_a_strided_item_is_in_its_group():
+    """Rows of one cell, 38 apart, then the next item starting where a fourth row would
+    have had its gap: the few-cell path's test looks past the strided item's last run."""
+    from encoders.layouts.cellindex import record_tokens
+    from encoders.formats.varint import varint_encode
+
+    kk = np.array([37, 75, 113] + [132 + 19 * k for k in range(10)], dtype=np.uint64)
+    newg = np.zeros(len(kk), dtype=bool)
+    newg[0] = True
+    tok, toff = patterns.key_tokens(kk, np.zeros(len(kk), dtype=np.int64), newg, 1)
+    b, blen = varint_encode(tok)
+    from encoders.formats.csr import offsets_from_lengths
+    t, to, _ = record_tokens(b, offsets_from_lengths(blen)[toff])
+    assert int(t[0]) & 3 == patterns.STRIDE_FORM and int(t[0]) >> 2 == 2
+    test, _ = fewpatterns._key_test([int(x) for x in t[to[0]:to[1]]])
+    assert [c for c in range(400) if test(c)] == kk.tolist()
 
 
 def test_a_box_of_key_cells_is_a_few_tokens():
