@@ -45,6 +45,7 @@ Lookups (all vectorized over the groups read)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -102,6 +103,12 @@ def tile_shape(shape: Sequence[int], cells: int = TILE) -> tuple[int, ...]:
     """Tile extents for an array of ``shape``: halve the longest axis until a tile holds at
     most ``cells`` cells (a 2001 x 513 image gets 63 x 65 tiles). Square-ish tiles keep
     the R-tree boxes of groups small."""
+    return _tile_shape(tuple(int(s) for s in shape), int(cells))
+
+
+@lru_cache(maxsize=256)
+def _tile_shape(shape: tuple[int, ...], cells: int) -> tuple[int, ...]:
+    """:func:`tile_shape` of a shape of Python ints (every few-cell lookup asks again)."""
     t = [max(1, int(s)) for s in shape]
     while int(np.prod(t, dtype=np.int64)) > max(1, cells) and max(t) > 1:
         ax = int(np.argmax(t))
