@@ -116,6 +116,18 @@ class FullCleaner(UDF):
         return out
 
 
+class BoxCleaner(FullCleaner):
+    """The cleaner declared FULL by hand as boxes: ``ctx.lwrite_box`` per kind of pixel."""
+
+    def run(self, ctx, x, m):
+        out = _clean(x, m)[ctx.chunk.interior(0)]
+        if ctx.full:
+            flagged = m[ctx.chunk.interior(1)]
+            ctx.lwrite_box(flagged, -2, 3)
+            ctx.lwrite_box(~flagged, 0, 1)
+        return out
+
+
 @udf.cells(default="elementwise", halo=2)
 def api_cleaner(x, m, *, lineage):
     """The cleaner through the decorators: flagged pixels read their 5 x 5 box."""
@@ -139,7 +151,8 @@ def workflow(kind: str) -> Workflow:
     """A one-operator workflow over the generated image (and mask, for cleaners)."""
     op = {"percell": PerCellMedian(), "pairs": PairsMedian(), "cells": cells_median(),
           "stencil": stencil_median(), "median-blackbox": blackbox_median(),
-          "cleaner-full": FullCleaner(), "cleaner-api": api_cleaner(),
+          "cleaner-full": FullCleaner(), "cleaner-box": BoxCleaner(),
+          "cleaner-api": api_cleaner(),
           "cleaner-blackbox": blackbox_cleaner()}[kind]
     wf = Workflow(f"udf-{kind}")
     wf.input("image", SHAPE, "float32", source=image)

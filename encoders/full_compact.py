@@ -25,6 +25,12 @@ only the keys within reach of its query cells (a cosmic ray's boxes of several s
 few relative records keyed by output cell, a distinct set of output cells per input cell
 the other way).
 
+Box lineage (:class:`~subzero.lineage.BoxedPairs`: ``ctx.lwrite_box``, identity
+``lwrite_pairs`` batches, the ``udf.cells`` decorator) is taken as it is: each part's
+groups come from its mask (:mod:`encoders.layouts.boxgroups`), in both directions, and
+only the cells those leave over are grouped from pairs, so a million pixels that keep
+their value cost a mask, not a pair each.
+
 Lookups run on the compressed form. In the keyed direction the groups whose key range
 holds a query cell are read (one LMDB read of their records) and, per run of ``K``, the
 query cells inside it are found by binary search and shifted by the pattern's offsets;
