@@ -3,7 +3,8 @@
 On a 2001 x 513 float32 image, in the driver (one process, the run's own chunking):
 
 - a 3 x 3 median reporting lineage with one ``ctx.lwrite`` per pixel (``percell``), one
-  ``ctx.lwrite_pairs`` call per block (``pairs``), the decorators' vectorized call
+  ``ctx.lwrite_pairs`` call per block (``pairs``: stored as pairs under ``full-one``, as
+  the boxes they are under ``full-compact``), the decorators' vectorized call
   (``cells``, stored as payloads under ``subzero``, as pairs under ``full-one`` and from
   its boxes under ``full-compact``), and declared as the stencil it is (``stencil``:
   nothing stored), against no lineage;
@@ -59,6 +60,7 @@ STORE_PAIRS = 10  # alternating pairs of stores of the two batches
 CASES = [  # (name, workflow kind, strategy, baseline)
     ("median per-cell lwrite", "percell", "full-one", "median-blackbox"),
     ("median lwrite_pairs", "pairs", "full-one", "median-blackbox"),
+    ("median lwrite_pairs (compact)", "pairs", "full-compact", "median-blackbox"),
     ("median udf.cells (payloads)", "cells", "subzero", "median-blackbox"),
     ("median udf.cells (pairs)", "cells", "full-one", "median-blackbox"),
     ("median udf.cells (compact)", "cells", "full-compact", "median-blackbox"),

@@ -94,8 +94,9 @@ def _payload_ragged(payloads: Any, n: int) -> Ragged:
 
 
 _clock = time.perf_counter
-#: ``lwrite_pairs`` batches of at least this many identity pairs are kept as a
-#: :class:`~subzero.lineage.BoxLineage` (smaller ones are cheap as pairs)
+#: ``lwrite_pairs`` batches of at least this many pairs of one cell on a box around it
+#: (the identity, a stencil's box) are kept as a :class:`~subzero.lineage.BoxLineage`
+#: (smaller ones are cheap as pairs)
 IDENTITY_MIN = 4096
 
 
@@ -437,6 +438,39 @@ def _in_box(lin: np.ndarray, shape: tuple[int, ...], box: Box) -> np.ndarray | N
     return flat
 
 
+def _box_offsets(keys: np.ndarray, sets: Ragged, shape: tuple[int, ...], step: np.ndarray
+                 ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """``(lo, hi)`` when every set of ``sets`` is exactly the box ``[k + lo, k + hi)``
+    around its key ``k`` (one per set, linear in ``shape``), clipped at the border, with
+    ``lo <= 0 < hi``; None otherwise."""
+    vals = np.asarray(sets.values, dtype=np.int64)
+    offs = np.asarray(sets.offsets, dtype=np.int64)
+    if len(vals) == len(keys) and np.array_equal(offs, step):  # one cell each
+        return ((0,) * len(shape), (1,) * len(shape)) if np.array_equal(vals, keys) else None
+    lens = np.diff(offs)
+    if len(shape) == 0 or (lens == 0).any():
+        return None
+    first = np.zeros(len(vals), dtype=bool)
+    first[offs[:-1]] = True
+    if not (first[1:] | (vals[1:] > vals[:-1])).all():  # sorted, no cell twice in a set
+        return None
+    # a set of distinct cells inside a box of as many cells is the box itself
+    vc = to_coords(vals, shape)
+    kc = to_coords(keys, shape)
+    lo = np.minimum.reduceat(vc, offs[:-1], axis=0) - kc
+    hi = np.maximum.reduceat(vc, offs[:-1], axis=0) - kc + 1
+    if not (np.prod(hi - lo, axis=1) == lens).all():
+        return None
+    blo, bhi = lo.min(axis=0), hi.max(axis=0)  # the unclipped box, if it is one
+    if (blo > 0).any() or (bhi <= 0).any():
+        return None
+    n = np.asarray(shape, dtype=np.int64)
+    if not (np.array_equal(lo, np.maximum(kc + blo, 0) - kc)
+            and np.array_equal(hi, np.minimum(kc + bhi, n) - kc)):
+        return None
+    return tuple(int(v) for v in blo), tuple(int(v) for v in bhi)
+
+
 class TaskContext:
     """What ``Operator.run`` receives: the chunk, the lineage modes asked for, ``lwrite``.
 
@@ -765,10 +799,11 @@ class TaskContext:
         self.capture_s += _clock() - t
 
     def _identity(self, out: Ragged, ins: tuple[Ragged, ...]) -> BoxLineage | None:
-        """The pairs ``out -> ins`` as a :class:`BoxLineage` when they are the identity: one
-        output cell per pair, inside the block, and per input either the same cell (an
-        input of the output's shape) or nothing; None otherwise (and for small batches,
-        which are cheap as pairs)."""
+        """The pairs ``out -> ins`` as a :class:`BoxLineage` when each is one output cell
+        (inside the block) on, per input, nothing or the box around it at one offset for
+        the whole batch (clipped at the border; the identity is the box of one cell) of
+        an input of the output's shape; None otherwise (and for small batches, which are
+        cheap as pairs)."""
         n = len(out)
         shape = tuple(self.chunk.out_shape)
         if n < IDENTITY_MIN or len(out.values) != n:
@@ -776,26 +811,30 @@ class TaskContext:
         step = np.arange(n + 1, dtype=np.int64)
         if not np.array_equal(out.offsets, step):
             return None
-        flags = []
+        box = self.chunk.out_box
+        keys = np.asarray(out.values, dtype=np.int64)
+        flat = _in_box(keys, shape, box)
+        if flat is None:
+            return None
+        flags, corners, seen = [], None, {}
         for r, s in zip(ins, self.chunk.in_shapes):
             if len(r.values) == 0:
                 flags.append(False)
-            elif (tuple(s) == shape and len(r.values) == n
-                  and (r.offsets is out.offsets or np.array_equal(r.offsets, step))
-                  and np.array_equal(r.values, out.values)):
-                flags.append(True)
-            else:
+                continue
+            if tuple(s) != shape:
                 return None
-        if not any(flags):
-            return None
-        box = self.chunk.out_box
-        flat = _in_box(np.asarray(out.values, dtype=np.int64), shape, box)
-        if flat is None:
+            got = seen.get(id(r))
+            if got is None:
+                got = seen[id(r)] = (r, _box_offsets(keys, r, shape, step))
+            if got[1] is None or (corners is not None and got[1] != corners):
+                return None
+            corners = got[1]
+            flags.append(True)
+        if corners is None:
             return None
         mask = np.zeros(box.shape, dtype=bool)
         mask.reshape(-1)[flat] = True
-        ones = (1,) * len(shape)
-        return BoxLineage(box, mask, (0,) * len(shape), ones, tuple(flags), shape)
+        return BoxLineage(box, mask, corners[0], corners[1], tuple(flags), shape)
 
     # -- what the runtime reads back ------------------------------------------------------
     def full_pairs(self) -> PairBatch | None:

@@ -232,3 +232,44 @@ def test_identity_pairs_of_a_chunk_become_its_mask_and_cells_beyond_stay_pairs()
     beyond = np.append(lin, np.uint64(0))  # (0, 0) is outside the chunk
     ctx.lwrite_pairs(beyond, beyond)
     assert isinstance(ctx.full_lineage(), PairBatch)
+
+
+@settings(max_examples=60, deadline=None)
+@given(h=st.integers(66, 120), w=st.integers(66, 120), lo0=st.integers(-3, 0),
+       lo1=st.integers(-3, 0), hi0=st.integers(1, 3), hi1=st.integers(1, 3),
+       spoil=st.sampled_from([None, "drop", "add", "swap", "shift"]), seed=st.integers(0, 99))
+def test_lwrite_pairs_of_boxes_are_kept_as_boxes_exactly(h, w, lo0, lo1, hi0, hi1, spoil, seed):
+    """Pairs of one cell on its clipped box become a BoxLineage with that box; a batch with
+    one set that is not its box (a cell missing or added, out of order, another offset)
+    stays pairs; either way the pairs read back are the pairs written."""
+    shape = (h, w)
+    rng = np.random.default_rng(seed)
+    n = h * w
+    cells = np.sort(rng.choice(n, IDENTITY_MIN + 5, replace=False)).astype(np.uint64)
+    c = np.stack(np.unravel_index(cells.astype(np.int64), shape), axis=1)
+    lo, hi = np.array([lo0, lo1]), np.array([hi0, hi1])
+    rows = [list(Box(tuple(np.maximum(x + lo, 0)), tuple(np.minimum(x + hi, shape)))
+                 .linear(shape)) for x in c]
+    k = int(rng.integers(0, len(rows)))
+    if spoil == "drop" and len(rows[k]) > 1:
+        rows[k] = rows[k][:-1]
+    elif spoil == "add":
+        rows[k] = sorted(set(rows[k]) | {int(rng.integers(0, n))})
+    elif spoil == "swap" and len(rows[k]) > 1:
+        rows[k] = rows[k][::-1]
+    elif spoil == "shift":
+        rows[k] = [v for v in rows[k] if v != int(cells[k])] or [int(cells[k]) ^ 1]
+    ins = Ragged.from_rows([np.asarray(r, dtype=np.uint64) for r in rows])
+    ctx = _ctx(shape)
+    ctx.lwrite_pairs(cells, ins)
+    want = {int(o): set(map(int, r)) for o, r in zip(cells, rows)}
+    boxk = Box(tuple(np.maximum(c[k] + lo, 0)), tuple(np.minimum(c[k] + hi, shape)))
+    kept = rows[k] == boxk.linear(shape).tolist()
+    full = ctx.full_lineage()
+    assert isinstance(full, BoxedPairs) == kept
+    if kept:
+        p = full.parts[0]
+        # the box found is the narrowest that explains every set (clipping may hide an edge)
+        assert all(a >= b for a, b in zip(p.lo, lo)) and all(a <= b for a, b in zip(p.hi, hi))
+    got = {c_: s[0] for c_, s in _pair_sets(ctx.full_pairs()).items()}
+    assert got == want
