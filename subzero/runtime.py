@@ -422,11 +422,18 @@ def _box_cells(calls: np.ndarray, lo: list[np.ndarray], hi: list[np.ndarray], fu
     return calls, np.concatenate(parts)[where], counts
 
 
-def _in_box(lin: np.ndarray, shape: tuple[int, ...], box: Box) -> np.ndarray | None:
-    """The cells ``lin`` (linear in ``shape``) as flat positions in ``box``; None when one
-    lies outside it."""
-    if box.lo == (0,) * len(shape) and box.hi == tuple(shape):
-        return lin
+def _box_mask(lin: np.ndarray, shape: tuple[int, ...], box: Box) -> np.ndarray | None:
+    """The cells ``lin`` (linear in ``shape``) as a mask over ``box``; None when one lies
+    outside it. Through a mask of the whole array when the cells are a fair share of it
+    (no division per cell), else through their coordinates."""
+    size = int(np.prod(shape, dtype=np.int64))
+    if size <= 8 * len(lin):
+        whole = np.zeros(size, dtype=bool)
+        whole[lin] = True
+        mask = whole.reshape(shape)[box.slices]
+        if np.count_nonzero(mask) != np.count_nonzero(whole):
+            return None
+        return np.ascontiguousarray(mask)
     flat = np.zeros(len(lin), dtype=np.int64)
     rest, step = lin, 1
     for n, a, b in zip(reversed(shape), reversed(box.lo), reversed(box.hi)):
@@ -435,7 +442,9 @@ def _in_box(lin: np.ndarray, shape: tuple[int, ...], box: Box) -> np.ndarray | N
             return None
         flat += (c - a) * step
         step *= b - a
-    return flat
+    mask = np.zeros(box.shape, dtype=bool)
+    mask.reshape(-1)[flat] = True
+    return mask
 
 
 def _box_offsets(keys: np.ndarray, sets: Ragged, shape: tuple[int, ...], step: np.ndarray
@@ -813,8 +822,8 @@ class TaskContext:
             return None
         box = self.chunk.out_box
         keys = np.asarray(out.values, dtype=np.int64)
-        flat = _in_box(keys, shape, box)
-        if flat is None:
+        mask = _box_mask(keys, shape, box)
+        if mask is None:
             return None
         flags, corners, seen = [], None, {}
         for r, s in zip(ins, self.chunk.in_shapes):
@@ -832,8 +841,6 @@ class TaskContext:
             flags.append(True)
         if corners is None:
             return None
-        mask = np.zeros(box.shape, dtype=bool)
-        mask.reshape(-1)[flat] = True
         return BoxLineage(box, mask, corners[0], corners[1], tuple(flags), shape)
 
     # -- what the runtime reads back ------------------------------------------------------

@@ -273,3 +273,20 @@ def test_lwrite_pairs_of_boxes_are_kept_as_boxes_exactly(h, w, lo0, lo1, hi0, hi
         assert all(a >= b for a, b in zip(p.lo, lo)) and all(a <= b for a, b in zip(p.hi, hi))
     got = {c_: s[0] for c_, s in _pair_sets(ctx.full_pairs()).items()}
     assert got == want
+
+
+@pytest.mark.parametrize("shape, box", [((130, 90), Box((10, 20), (120, 80))),
+                                        ((300, 300), Box((100, 150), (170, 220)))])
+def test_identity_pairs_of_a_small_or_large_share_of_the_array(shape, box):
+    """The block's cells found through a mask of the array (a fair share of it) or their
+    coordinates (a small block of a large array), inside the block or not."""
+    lin = box.linear(shape)
+    ctx = _ctx(shape, box)
+    ctx.lwrite_pairs(lin[::-1], lin[::-1])
+    part = ctx.full_lineage().parts[0]
+    assert part.mask.all() and part.keys().tolist() == lin.tolist()
+    ctx = _ctx(shape, box)
+    some = np.append(lin, lin[-1] + np.uint64(1))  # and the cell after the block's last
+    assert len(some) >= IDENTITY_MIN
+    ctx.lwrite_pairs(some, some)
+    assert isinstance(ctx.full_lineage(), PairBatch)
