@@ -178,12 +178,7 @@ def split(pairs: BoxedPairs, spec: ShardSpec, sides: Sequence[int], tile: int,
         if p.box == box:
             seen += p.mask
     if explicit is not None and len(explicit):
-        c = coords(np.asarray(explicit.out.values, dtype=U64), spec.out_shape)
-        c = c[:, :len(box.lo)] - np.asarray(box.lo, dtype=np.int64)
-        inside = ((c >= 0) & (c < np.asarray(box.shape, dtype=np.int64))).all(axis=1)
-        named = np.zeros(box.shape, dtype=bool)
-        named[tuple(c[inside].T)] = True
-        seen += named
+        seen += _mask_of(explicit.out.values, spec.out_shape, box)
     shared = seen > 1
     held = None  # explicit pairs' cells whose sets hold the cell itself
     groups, left, grouped = [], [], 0
@@ -234,8 +229,15 @@ def _self_holding(pairs: PairBatch, inputs: Sequence[bool], shape: Sequence[int]
             sub = r.take(rows)
             hit = np.asarray(sub.values, dtype=U64) == np.repeat(k, sub.lengths)
             ok &= segment_any(hit, sub.offsets)
-    c = coords(k[ok], shape)[:, :len(box.lo)] - np.asarray(box.lo, dtype=np.int64)
+    return _mask_of(k[ok], shape, box)
+
+
+def _mask_of(cells: np.ndarray, shape: Sequence[int], box: Box) -> np.ndarray:
+    """A mask over ``box`` of the cells (linear in ``shape``) that lie in it."""
+    c = coords(np.asarray(cells, dtype=U64), shape)[:, :len(box.lo)] - np.asarray(
+        box.lo, dtype=np.int64)
     inside = ((c >= 0) & (c < np.asarray(box.shape, dtype=np.int64))).all(axis=1)
+    mask = np.zeros(box.shape, dtype=bool)
     mask[tuple(c[inside].T)] = True
     return mask
 

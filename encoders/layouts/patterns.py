@@ -806,27 +806,37 @@ def keyed_cells(d: Decoded, q: np.ndarray, v: np.ndarray, o: np.ndarray, rel: np
     return np.concatenate(out)
 
 
-def keyed_groups(tok: np.ndarray, d: Decoded, j: int, val_shapes: Sequence[Sequence[int]],
-                 q: np.ndarray, key_shape: Sequence[int]) -> np.ndarray:
-    """:func:`keyed_cells` of the decoded groups ``d`` (their side-``j`` patterns read from
-    ``tok``), decoding only the relative patterns and each distinct absolute pattern of a
-    group holding a query cell once: the groups of the tiles of a whole-array dependency
-    share one large set."""
+def _side_patterns(tok: np.ndarray, d: Decoded, j: int, val_shapes: Sequence[Sequence[int]],
+                   pick: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Where the side-``j`` patterns of the groups ``d`` start in ``tok``, which are
+    relative, and the relative ones of the groups ``pick`` (every relative one when None)
+    decoded: ``(starts, relative, cells, lengths per group)``."""
     p = d.sets_at
     for s_ in range(j):
         p = p + set_token_count(tok, p, len(val_shapes[s_]))
     n = len(p)
     kind = (tok[p] & U64(3)).astype(np.int64) if n else np.zeros(0, np.int64)
     rel = (kind == 1) | (kind == 3)
-    lo = np.searchsorted(q, d.starts)
-    hi = np.searchsorted(q, d.starts + d.lengths.astype(U64))
-    hit = np.bincount(d.group, weights=hi - lo, minlength=n) > 0
-    ri = np.flatnonzero(rel & hit)
+    ri = np.flatnonzero(rel if pick is None else rel & pick)
     vv, oo, _, _ = decode_sets(tok, p[ri], val_shapes[j])
     lens = np.zeros(n, dtype=np.int64)
     lens[ri] = np.diff(oo)
+    return p, rel, vv, lens
+
+
+def keyed_groups(tok: np.ndarray, d: Decoded, j: int, val_shapes: Sequence[Sequence[int]],
+                 q: np.ndarray, key_shape: Sequence[int]) -> np.ndarray:
+    """:func:`keyed_cells` of the decoded groups ``d`` (their side-``j`` patterns read from
+    ``tok``), decoding only the relative patterns and each distinct absolute pattern of a
+    group holding a query cell once: the groups of the tiles of a whole-array dependency
+    share one large set."""
+    lo = np.searchsorted(q, d.starts)
+    hi = np.searchsorted(q, d.starts + d.lengths.astype(U64))
+    hit = np.bincount(d.group, weights=hi - lo, minlength=len(d.sets_at)) > 0
+    p, rel, vv, lens = _side_patterns(tok, d, j, val_shapes, hit)
     out = []
-    if len(ri):
+    if (rel & hit).any():
         out.append(keyed_cells(d, q, vv, offsets_from_lengths(lens), rel, key_shape,
                                val_shapes[j]))
     ai = np.flatnonzero(~rel & hit)
@@ -844,16 +854,8 @@ def unkeyed_groups(tok: np.ndarray, d: Decoded, j: int, val_shapes: Sequence[Seq
     """:func:`unkeyed_cells` of the decoded groups ``d`` (their side-``j`` patterns read
     from ``tok``), decoding each distinct absolute pattern once: the groups of the tiles
     of a whole-array dependency share one large set, tested against ``q`` once."""
-    p = d.sets_at
-    for s_ in range(j):
-        p = p + set_token_count(tok, p, len(val_shapes[s_]))
-    n = len(p)
-    kind = (tok[p] & U64(3)).astype(np.int64) if n else np.zeros(0, np.int64)
-    rel = (kind == 1) | (kind == 3)
+    p, rel, vv, lens = _side_patterns(tok, d, j, val_shapes)
     ri, ai = np.flatnonzero(rel), np.flatnonzero(~rel)
-    vv, oo, _, _ = decode_sets(tok, p[ri], val_shapes[j])
-    lens = np.zeros(n, dtype=np.int64)
-    lens[ri] = np.diff(oo)
     out = []
     if len(ri):
         ro = offsets_from_lengths(lens)
@@ -865,7 +867,7 @@ def unkeyed_groups(tok: np.ndarray, d: Decoded, j: int, val_shapes: Sequence[Seq
         cnt = set_token_count(tok, p[ai], len(val_shapes[j]))
         inv, first = dedup_rows(tok[gather_index(p[ai], cnt)], offsets_from_lengths(cnt))
         av, ao, _, _ = decode_sets(tok, p[ai[first]], val_shapes[j])
-        hit = np.zeros(n, dtype=bool)
+        hit = np.zeros(len(p), dtype=bool)
         hit[ai] = segment_any(members(av), ao)[np.asarray(inv, dtype=np.int64)]
         if hit.any():
             out.append(expand_keys(d, hit))

@@ -100,6 +100,20 @@ def _check(path: str, pairs: PairBatch, out_shape, in_shapes, data) -> None:
 # ---------------------------------------------------------------------------------------
 
 
+def _agrees_with_brute_force(r, pairs: PairBatch, out_shape, in_shapes) -> None:
+    """Backward and forward lookups of 1, 7, 300 and every cell on the open shard ``r``
+    answer what the pairs answer."""
+    rng = np.random.default_rng(1)
+    n_out, n_in = int(np.prod(out_shape)), int(np.prod(in_shapes[0]))
+    for n in (1, 7, 300, None):
+        q = (np.arange(n_out, dtype=np.uint64) if n is None
+             else np.unique(rng.integers(0, n_out, n)).astype(np.uint64))
+        qi = (np.arange(n_in, dtype=np.uint64) if n is None
+              else np.unique(rng.integers(0, n_in, n)).astype(np.uint64))
+        assert set(r.backward(q, 0).tolist()) == brute_backward(pairs, q, 0)
+        assert set(r.forward(qi, 0).tolist()) == brute_forward(pairs, qi, 0)
+
+
 @SETTINGS
 @given(data=st.data(), kind=st.sampled_from(KINDS), h=st.integers(1, 24),
        w=st.integers(1, 24), seed=st.integers(0, 3), flagged=st.sampled_from([0.01, 0.2]),
@@ -129,16 +143,8 @@ def test_groups_form_and_answer_like_brute_force(tmp_path, kind, direction):
         assert groups > 0
     if kind == "random":
         assert groups == 0
-    rng = np.random.default_rng(1)
-    n_out, n_in = int(np.prod(out_shape)), int(np.prod(in_shapes[0]))
     with open_shard(st_["path"]) as r:
-        for n in (1, 7, 300, None):
-            q = (np.arange(n_out, dtype=np.uint64) if n is None
-                 else np.unique(rng.integers(0, n_out, n)).astype(np.uint64))
-            qi = (np.arange(n_in, dtype=np.uint64) if n is None
-                  else np.unique(rng.integers(0, n_in, n)).astype(np.uint64))
-            assert set(r.backward(q, 0).tolist()) == brute_backward(pairs, q, 0)
-            assert set(r.forward(qi, 0).tolist()) == brute_forward(pairs, qi, 0)
+        _agrees_with_brute_force(r, pairs, out_shape, in_shapes)
 
 
 # ---------------------------------------------------------------------------------------
@@ -452,19 +458,11 @@ def test_reductions_and_broadcasts_share_one_anchored_pattern(tmp_path, kind, di
     st_ = write_shard(tmp_path / "c", f"full-compact-{direction}", pairs, out_shape,
                       in_shapes)
     assert st_["logical_bytes"] <= one["logical_bytes"]
-    rng = np.random.default_rng(1)
-    n_out, n_in = int(np.prod(out_shape)), int(np.prod(in_shapes[0]))
     with open_shard(st_["path"]) as r:
         if h * w >= 40 * 48:
             assert r.meta["groups"] > 0 and r.meta["compact"][
                 "" if direction == "bwd" else "0"]["residue"] == 0
-        for n in (1, 7, 300, None):
-            q = (np.arange(n_out, dtype=np.uint64) if n is None
-                 else np.unique(rng.integers(0, n_out, n)).astype(np.uint64))
-            qi = (np.arange(n_in, dtype=np.uint64) if n is None
-                  else np.unique(rng.integers(0, n_in, n)).astype(np.uint64))
-            assert set(r.backward(q, 0).tolist()) == brute_backward(pairs, q, 0)
-            assert set(r.forward(qi, 0).tolist()) == brute_forward(pairs, qi, 0)
+        _agrees_with_brute_force(r, pairs, out_shape, in_shapes)
 
 
 def test_anchor_cells_drop_the_axes_whose_extents_differ():
@@ -498,18 +496,10 @@ def test_swapped_forward_index_answers_like_brute_force(tmp_path, kind, h, w):
     pairs, out_shape, in_shapes = pair_set(kind, h, w, flagged=0.05)
     with mock.patch.object(full_compact, "SWAPPED", "always"):
         st_ = write_shard(tmp_path, "full-compact-fwd", pairs, out_shape, in_shapes)
-    rng = np.random.default_rng(2)
-    n_out, n_in = int(np.prod(out_shape)), int(np.prod(in_shapes[0]))
     with open_shard(st_["path"]) as r:
         if kind == "cleaner" and h * w > 1000:
             assert r.meta["compact"]["0"].get("swapped")
-        for n in (1, 7, 300, None):
-            q = (np.arange(n_out, dtype=np.uint64) if n is None
-                 else np.unique(rng.integers(0, n_out, n)).astype(np.uint64))
-            qi = (np.arange(n_in, dtype=np.uint64) if n is None
-                  else np.unique(rng.integers(0, n_in, n)).astype(np.uint64))
-            assert set(r.backward(q, 0).tolist()) == brute_backward(pairs, q, 0)
-            assert set(r.forward(qi, 0).tolist()) == brute_forward(pairs, qi, 0)
+        _agrees_with_brute_force(r, pairs, out_shape, in_shapes)
 
 
 def test_the_cleaner_forward_is_its_backward_grouping_read_the_other_way(tmp_path):
